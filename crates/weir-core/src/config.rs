@@ -1,0 +1,376 @@
+//! Configuration with Flink's option names, from a file, the environment and `-D key=value`.
+//!
+//! A Flink user finds the same keys: `execution.checkpointing.interval`, `.timeout`,
+//! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
+//! `.num-retained`, `.dir`, `pipeline.max-parallelism`, … Unknown keys and malformed values are
+//! errors that name the key, never silently ignored.
+//!
+//! ```
+//! use weir_core::config::{CheckpointConfig, Config};
+//! let mut config = Config::new();
+//! config.set("execution.checkpointing.interval", "1 s").unwrap();
+//! let checkpoints = CheckpointConfig::from_config(&config).unwrap();
+//! assert_eq!(checkpoints.interval.unwrap().as_millis(), 1000);
+//! assert_eq!(checkpoints.num_retained, 3);
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A configuration problem, with the key and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unknown option '{0}'")]
+    UnknownKey(String),
+    #[error("invalid value '{value}' for '{key}': {reason}")]
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("cannot read config file {path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("malformed line {line} in {path}: expected 'key: value'")]
+    Syntax { path: String, line: usize },
+}
+
+/// Every option Weir understands, with its default (shown by `weir` help and docs).
+pub const OPTIONS: &[(&str, &str)] = &[
+    ("parallelism.default", "1"),
+    ("pipeline.max-parallelism", "128"),
+    ("execution.buffer-timeout.interval", "100 ms"),
+    ("execution.checkpointing.interval", "(disabled)"),
+    ("execution.checkpointing.timeout", "10 min"),
+    ("execution.checkpointing.min-pause", "0 ms"),
+    ("execution.checkpointing.max-concurrent-checkpoints", "1"),
+    ("execution.checkpointing.tolerable-failed-checkpoints", "0"),
+    ("execution.checkpointing.mode", "EXACTLY_ONCE"),
+    ("execution.checkpointing.num-retained", "3"),
+    ("execution.checkpointing.dir", "./weir-data/checkpoints"),
+    ("execution.checkpointing.incremental", "true"),
+    ("web.checkpoints.history", "10"),
+];
+
+/// A flat map of option keys to string values, validated on the way in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    values: BTreeMap<String, String>,
+}
+
+impl Config {
+    pub fn new() -> Config {
+        Config::default()
+    }
+
+    /// Sets `key` to `value`. Unknown keys are refused; values are checked when read.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let key = key.trim();
+        if !OPTIONS.iter().any(|(k, _)| *k == key) {
+            return Err(ConfigError::UnknownKey(key.to_string()));
+        }
+        self.values.insert(key.to_string(), value.trim().to_string());
+        Ok(())
+    }
+
+    /// Parses a `key=value` pair as given to `-D`.
+    pub fn set_pair(&mut self, pair: &str) -> Result<(), ConfigError> {
+        match pair.split_once('=') {
+            Some((k, v)) => self.set(k, v),
+            None => Err(ConfigError::Invalid {
+                key: pair.to_string(),
+                value: String::new(),
+                reason: "expected key=value".into(),
+            }),
+        }
+    }
+
+    /// Reads a Flink-style file of `key: value` lines (`#` starts a comment).
+    pub fn load_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (k, v) = line.split_once(':').ok_or_else(|| ConfigError::Syntax {
+                path: path.display().to_string(),
+                line: n + 1,
+            })?;
+            self.set(k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `WEIR_`-prefixed environment variables: `WEIR_EXECUTION_CHECKPOINTING_INTERVAL`
+    /// sets `execution.checkpointing.interval` (dots and dashes both become underscores).
+    pub fn load_env(&mut self, vars: impl IntoIterator<Item = (String, String)>) {
+        for (name, value) in vars {
+            let Some(rest) = name.strip_prefix("WEIR_") else {
+                continue;
+            };
+            let wanted = rest.to_ascii_lowercase();
+            if let Some((key, _)) = OPTIONS
+                .iter()
+                .find(|(k, _)| k.replace(['.', '-'], "_") == wanted)
+            {
+                self.values.insert(key.to_string(), value);
+            }
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values.get(key).map(String::as_str)
+    }
+
+    pub fn get_duration(&self, key: &str) -> Result<Option<Duration>, ConfigError> {
+        self.get(key)
+            .map(|v| parse_duration(v).map_err(|reason| invalid(key, v, reason)))
+            .transpose()
+    }
+
+    pub fn get_u32(&self, key: &str) -> Result<Option<u32>, ConfigError> {
+        self.get(key)
+            .map(|v| {
+                v.parse::<u32>()
+                    .map_err(|_| invalid(key, v, "expected a whole number ≥ 0".into()))
+            })
+            .transpose()
+    }
+
+    pub fn get_bool(&self, key: &str) -> Result<Option<bool>, ConfigError> {
+        self.get(key)
+            .map(|v| match v.to_ascii_lowercase().as_str() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err(invalid(key, v, "expected true or false".into())),
+            })
+            .transpose()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+fn invalid(key: &str, value: &str, reason: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason,
+    }
+}
+
+/// Parses a duration the way Flink writes them: `500 ms`, `1s`, `10 min`, `1h 30min`; a bare
+/// number is milliseconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    if t.starts_with('-') {
+        return Err("a duration cannot be negative".into());
+    }
+    if let Ok(ms) = t.parse::<u64>() {
+        return Ok(Duration::from_millis(ms));
+    }
+    // humantime wants the unit glued to its number: "10 s" → "10s", but "1h 30min" stays split.
+    let mut glued = String::with_capacity(t.len());
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        glued.push(c);
+        if c.is_ascii_digit() {
+            while chars.peek() == Some(&' ') {
+                chars.next();
+            }
+        }
+    }
+    humantime::parse_duration(&glued)
+        .map_err(|e| format!("not a duration ({e}); write it like '500 ms', '1 s' or '10 min'"))
+}
+
+/// EXACTLY_ONCE aligns barriers; AT_LEAST_ONCE does not block channels.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum CheckpointingMode {
+    ExactlyOnce,
+    AtLeastOnce,
+}
+
+/// The checkpointing options, typed and validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointConfig {
+    /// `None` disables periodic checkpoints.
+    pub interval: Option<Duration>,
+    pub timeout: Duration,
+    pub min_pause: Duration,
+    pub max_concurrent: u32,
+    pub tolerable_failed: u32,
+    pub mode: CheckpointingMode,
+    pub num_retained: u32,
+    pub dir: PathBuf,
+    pub incremental: bool,
+    /// Completed/failed checkpoints remembered by the stats tracker.
+    pub history_size: u32,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval: None,
+            timeout: Duration::from_secs(600),
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            tolerable_failed: 0,
+            mode: CheckpointingMode::ExactlyOnce,
+            num_retained: 3,
+            dir: PathBuf::from("./weir-data/checkpoints"),
+            incremental: true,
+            history_size: 10,
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// Reads and validates the `execution.checkpointing.*` options.
+    pub fn from_config(config: &Config) -> Result<CheckpointConfig, ConfigError> {
+        let d = CheckpointConfig::default();
+        let key = "execution.checkpointing.mode";
+        let mode = match config.get(key) {
+            None => d.mode,
+            Some(v) => match v.to_ascii_uppercase().replace('-', "_").as_str() {
+                "EXACTLY_ONCE" => CheckpointingMode::ExactlyOnce,
+                "AT_LEAST_ONCE" => CheckpointingMode::AtLeastOnce,
+                _ => return Err(invalid(key, v, "expected EXACTLY_ONCE or AT_LEAST_ONCE".into())),
+            },
+        };
+        let c = CheckpointConfig {
+            interval: config.get_duration("execution.checkpointing.interval")?,
+            timeout: config
+                .get_duration("execution.checkpointing.timeout")?
+                .unwrap_or(d.timeout),
+            min_pause: config
+                .get_duration("execution.checkpointing.min-pause")?
+                .unwrap_or(d.min_pause),
+            max_concurrent: config
+                .get_u32("execution.checkpointing.max-concurrent-checkpoints")?
+                .unwrap_or(d.max_concurrent),
+            tolerable_failed: config
+                .get_u32("execution.checkpointing.tolerable-failed-checkpoints")?
+                .unwrap_or(d.tolerable_failed),
+            mode,
+            num_retained: config
+                .get_u32("execution.checkpointing.num-retained")?
+                .unwrap_or(d.num_retained),
+            dir: config
+                .get("execution.checkpointing.dir")
+                .map(PathBuf::from)
+                .unwrap_or(d.dir),
+            incremental: config
+                .get_bool("execution.checkpointing.incremental")?
+                .unwrap_or(d.incremental),
+            history_size: config
+                .get_u32("web.checkpoints.history")?
+                .unwrap_or(d.history_size),
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Refuses settings that would hang or make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |key: &str, value: String, reason: &str| {
+            Err(invalid(
+                &format!("execution.checkpointing.{key}"),
+                &value,
+                reason.to_string(),
+            ))
+        };
+        if let Some(i) = self.interval {
+            if i < Duration::from_millis(10) {
+                return fail("interval", format!("{i:?}"), "must be at least 10 ms");
+            }
+        }
+        if self.timeout < Duration::from_millis(10) {
+            return fail("timeout", format!("{:?}", self.timeout), "must be at least 10 ms");
+        }
+        if self.max_concurrent == 0 {
+            return fail("max-concurrent-checkpoints", "0".into(), "must be at least 1");
+        }
+        if self.num_retained == 0 {
+            return fail("num-retained", "0".into(), "must be at least 1");
+        }
+        if self.history_size == 0 {
+            return Err(invalid("web.checkpoints.history", "0", "must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_read_as_flink_writes_them() {
+        assert_eq!(parse_duration("500").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("500 ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("10 min").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("1h 30min").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("-1 s").unwrap_err().contains("negative"));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let err = Config::new().set("execution.checkpointing.intervall", "1s").unwrap_err();
+        assert_eq!(err.to_string(), "unknown option 'execution.checkpointing.intervall'");
+    }
+
+    #[test]
+    fn zero_interval_and_zero_concurrency_are_clear_errors() {
+        let mut c = Config::new();
+        c.set("execution.checkpointing.interval", "0 ms").unwrap();
+        let e = CheckpointConfig::from_config(&c).unwrap_err().to_string();
+        assert!(e.contains("execution.checkpointing.interval"), "{e}");
+        let mut c = Config::new();
+        c.set("execution.checkpointing.max-concurrent-checkpoints", "0").unwrap();
+        assert!(CheckpointConfig::from_config(&c).is_err());
+        let mut c = Config::new();
+        c.set("execution.checkpointing.min-pause", "-5 s").unwrap();
+        assert!(CheckpointConfig::from_config(&c).unwrap_err().to_string().contains("negative"));
+    }
+
+    #[test]
+    fn environment_variables_map_onto_option_names() {
+        let mut c = Config::new();
+        c.load_env([
+            ("WEIR_EXECUTION_CHECKPOINTING_NUM_RETAINED".to_string(), "5".to_string()),
+            ("HOME".to_string(), "/".to_string()),
+        ]);
+        assert_eq!(c.get("execution.checkpointing.num-retained"), Some("5"));
+    }
+
+    #[test]
+    fn config_files_hold_key_value_lines() {
+        let dir = std::env::temp_dir().join(format!("weir-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("weir.yaml");
+        std::fs::write(&path, "# comment\nexecution.checkpointing.mode: AT_LEAST_ONCE\n").unwrap();
+        let mut c = Config::new();
+        c.load_file(&path).unwrap();
+        let cc = CheckpointConfig::from_config(&c).unwrap();
+        assert_eq!(cc.mode, CheckpointingMode::AtLeastOnce);
+        std::fs::write(&path, "no colon here\n").unwrap();
+        assert!(matches!(
+            Config::new().load_file(&path),
+            Err(ConfigError::Syntax { line: 1, .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

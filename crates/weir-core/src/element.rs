@@ -1,0 +1,32 @@
+//! What travels on a channel between subtasks: record batches and in-band control elements.
+
+use crate::ids::CheckpointId;
+use serde::{Deserialize, Serialize};
+
+/// A checkpoint or a savepoint. Savepoints are never subsumed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum CheckpointKind {
+    Checkpoint,
+    Savepoint,
+}
+
+/// The marker a source injects into its output when a checkpoint starts. Everything before it
+/// belongs to the checkpoint's state; everything after it does not.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Barrier {
+    pub id: CheckpointId,
+    /// Trigger time, milliseconds since the Unix epoch.
+    pub timestamp_ms: u64,
+    pub kind: CheckpointKind,
+}
+
+/// One element of a channel. Records always travel in batches.
+#[derive(Debug)]
+pub enum Element<T> {
+    Records(Vec<T>),
+    /// Event-time watermark, milliseconds.
+    Watermark(i64),
+    Barrier(Barrier),
+    /// The producer will send nothing more on this channel.
+    EndOfInput,
+}

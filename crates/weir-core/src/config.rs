@@ -70,7 +70,8 @@ impl Config {
         if !OPTIONS.iter().any(|(k, _)| *k == key) {
             return Err(ConfigError::UnknownKey(key.to_string()));
         }
-        self.values.insert(key.to_string(), value.trim().to_string());
+        self.values
+            .insert(key.to_string(), value.trim().to_string());
         Ok(())
     }
 
@@ -244,7 +245,13 @@ impl CheckpointConfig {
             Some(v) => match v.to_ascii_uppercase().replace('-', "_").as_str() {
                 "EXACTLY_ONCE" => CheckpointingMode::ExactlyOnce,
                 "AT_LEAST_ONCE" => CheckpointingMode::AtLeastOnce,
-                _ => return Err(invalid(key, v, "expected EXACTLY_ONCE or AT_LEAST_ONCE".into())),
+                _ => {
+                    return Err(invalid(
+                        key,
+                        v,
+                        "expected EXACTLY_ONCE or AT_LEAST_ONCE".into(),
+                    ))
+                }
             },
         };
         let c = CheckpointConfig {
@@ -295,16 +302,28 @@ impl CheckpointConfig {
             }
         }
         if self.timeout < Duration::from_millis(10) {
-            return fail("timeout", format!("{:?}", self.timeout), "must be at least 10 ms");
+            return fail(
+                "timeout",
+                format!("{:?}", self.timeout),
+                "must be at least 10 ms",
+            );
         }
         if self.max_concurrent == 0 {
-            return fail("max-concurrent-checkpoints", "0".into(), "must be at least 1");
+            return fail(
+                "max-concurrent-checkpoints",
+                "0".into(),
+                "must be at least 1",
+            );
         }
         if self.num_retained == 0 {
             return fail("num-retained", "0".into(), "must be at least 1");
         }
         if self.history_size == 0 {
-            return Err(invalid("web.checkpoints.history", "0", "must be at least 1".into()));
+            return Err(invalid(
+                "web.checkpoints.history",
+                "0",
+                "must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -317,10 +336,16 @@ mod tests {
     #[test]
     fn durations_are_read_as_flink_writes_them() {
         assert_eq!(parse_duration("500").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("500 ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(
+            parse_duration("500 ms").unwrap(),
+            Duration::from_millis(500)
+        );
         assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
         assert_eq!(parse_duration("10 min").unwrap(), Duration::from_secs(600));
-        assert_eq!(parse_duration("1h 30min").unwrap(), Duration::from_secs(5400));
+        assert_eq!(
+            parse_duration("1h 30min").unwrap(),
+            Duration::from_secs(5400)
+        );
         assert!(parse_duration("-1 s").unwrap_err().contains("negative"));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("").is_err());
@@ -328,8 +353,13 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused_with_their_name() {
-        let err = Config::new().set("execution.checkpointing.intervall", "1s").unwrap_err();
-        assert_eq!(err.to_string(), "unknown option 'execution.checkpointing.intervall'");
+        let err = Config::new()
+            .set("execution.checkpointing.intervall", "1s")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown option 'execution.checkpointing.intervall'"
+        );
     }
 
     #[test]
@@ -339,18 +369,25 @@ mod tests {
         let e = CheckpointConfig::from_config(&c).unwrap_err().to_string();
         assert!(e.contains("execution.checkpointing.interval"), "{e}");
         let mut c = Config::new();
-        c.set("execution.checkpointing.max-concurrent-checkpoints", "0").unwrap();
+        c.set("execution.checkpointing.max-concurrent-checkpoints", "0")
+            .unwrap();
         assert!(CheckpointConfig::from_config(&c).is_err());
         let mut c = Config::new();
         c.set("execution.checkpointing.min-pause", "-5 s").unwrap();
-        assert!(CheckpointConfig::from_config(&c).unwrap_err().to_string().contains("negative"));
+        assert!(CheckpointConfig::from_config(&c)
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
     }
 
     #[test]
     fn environment_variables_map_onto_option_names() {
         let mut c = Config::new();
         c.load_env([
-            ("WEIR_EXECUTION_CHECKPOINTING_NUM_RETAINED".to_string(), "5".to_string()),
+            (
+                "WEIR_EXECUTION_CHECKPOINTING_NUM_RETAINED".to_string(),
+                "5".to_string(),
+            ),
             ("HOME".to_string(), "/".to_string()),
         ]);
         assert_eq!(c.get("execution.checkpointing.num-retained"), Some("5"));
@@ -361,7 +398,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("weir-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("weir.yaml");
-        std::fs::write(&path, "# comment\nexecution.checkpointing.mode: AT_LEAST_ONCE\n").unwrap();
+        std::fs::write(
+            &path,
+            "# comment\nexecution.checkpointing.mode: AT_LEAST_ONCE\n",
+        )
+        .unwrap();
         let mut c = Config::new();
         c.load_file(&path).unwrap();
         let cc = CheckpointConfig::from_config(&c).unwrap();

@@ -106,8 +106,14 @@ mod tests {
 
     #[test]
     fn operator_ids_are_stable_hashes_of_uids() {
-        assert_eq!(OperatorId::from_uid("counts"), OperatorId::from_uid("counts"));
-        assert_ne!(OperatorId::from_uid("counts"), OperatorId::from_uid("count"));
+        assert_eq!(
+            OperatorId::from_uid("counts"),
+            OperatorId::from_uid("counts")
+        );
+        assert_ne!(
+            OperatorId::from_uid("counts"),
+            OperatorId::from_uid("count")
+        );
         // Pinned: changing the function would orphan every existing checkpoint.
         assert_eq!(OperatorId::from_uid("").0, 0xcbf2_9ce4_8422_2325);
         assert_eq!(OperatorId::from_uid("a").0, 0xaf63_dc4c_8601_ec8c);

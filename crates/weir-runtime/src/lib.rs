@@ -1,1 +1,33 @@
-//! weir-runtime
+//! Weir's runtime: everything that runs a job.
+//!
+//! In DESIGN.md's flows: each subtask runs one task loop ([`task`]) on its own thread — a
+//! mailbox where records, barriers and checkpoint notifications are handled in order, so
+//! operator state needs no locks. Records travel in batches over bounded channels
+//! ([`channel`], [`partition`], [`output`]); a full channel back-pressures its producer. The
+//! input gate ([`gate`]) aligns barriers (flow 3). A snapshot's synchronous part runs on the
+//! task loop; serialisation and writing run on the snapshot workers ([`snapshot`], flow 4),
+//! which acknowledge to the coordinator's driver ([`driver`], flows 1 and 5). The executor
+//! ([`executor`]) deploys a [`graph::JobGraph`], restores it from a checkpoint ([`restore`],
+//! flow 7) and supervises it.
+
+pub mod channel;
+pub mod control;
+pub mod driver;
+pub mod error;
+pub mod executor;
+pub mod gate;
+pub mod graph;
+pub mod metrics;
+pub mod operator;
+pub mod operators;
+pub mod output;
+pub mod partition;
+pub mod restore;
+pub mod snapshot;
+pub mod task;
+
+pub use error::{JobError, TaskError};
+pub use executor::{execute, ExecutionConfig, JobProgress, JobSummary, LastCheckpoint, StopHandle};
+pub use operator::{OneInputOperator, OperatorContext, SourceFunction, SourceStatus};
+pub use output::Output;
+pub use restore::StartMode;

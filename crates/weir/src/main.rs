@@ -1,1 +1,78 @@
-fn main() {}
+//! The `weir` command: runs the built-in jobs (`demo`), benchmarks them (`bench`) and looks at
+//! checkpoints (`checkpoints`). Errors become one clear line on stderr and a non-zero exit
+//! status: 2 for bad input (flags, config, paths, job definitions), 1 for a job that failed.
+
+mod bench;
+mod checkpoints;
+mod cli;
+mod demo;
+mod progress;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints usage errors (exit 2) and --help/--version (exit 0) itself.
+            let _ = e.print();
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    init_logging(cli.log_level());
+    let result = match cli.command {
+        cli::Command::Demo(args) => demo::run(args),
+        cli::Command::Bench(args) => bench::run(args),
+        cli::Command::Checkpoints(args) => checkpoints::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// A failure of a command: the line to print and the exit status.
+#[derive(Debug)]
+pub struct CliError {
+    pub message: String,
+    pub code: u8,
+}
+
+impl CliError {
+    /// Bad input: flags, configuration, paths.
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError {
+            message: message.into(),
+            code: 2,
+        }
+    }
+}
+
+impl From<weir_runtime::JobError> for CliError {
+    fn from(e: weir_runtime::JobError) -> CliError {
+        CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<weir_core::ConfigError> for CliError {
+    fn from(e: weir_core::ConfigError) -> CliError {
+        CliError::usage(e.to_string())
+    }
+}

@@ -1,0 +1,129 @@
+//! The stream environment: the job under construction and its settings.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use weir_core::config::{Config, ConfigError};
+use weir_runtime::graph::{Edge, JobGraph, Node, NodeFactory, NodeRole};
+use weir_runtime::operator::SourceFunction;
+use weir_runtime::JobError;
+
+use crate::stream::DataStream;
+
+pub(crate) struct Builder {
+    pub name: String,
+    pub default_parallelism: u32,
+    pub max_parallelism: u32,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+    pub errors: Vec<String>,
+}
+
+/// The job being written: its name, default parallelism, and graph.
+#[derive(Clone)]
+pub struct StreamEnv {
+    pub(crate) inner: Rc<RefCell<Builder>>,
+}
+
+impl StreamEnv {
+    /// A job named `name` with parallelism 1 and 128 key groups.
+    pub fn new(name: &str) -> StreamEnv {
+        StreamEnv {
+            inner: Rc::new(RefCell::new(Builder {
+                name: name.to_string(),
+                default_parallelism: 1,
+                max_parallelism: weir_state::DEFAULT_MAX_PARALLELISM,
+                nodes: Vec::new(),
+                edges: Vec::new(),
+                errors: Vec::new(),
+            })),
+        }
+    }
+
+    /// A job that takes `parallelism.default` and `pipeline.max-parallelism` from `config`.
+    pub fn with_config(name: &str, config: &Config) -> Result<StreamEnv, ConfigError> {
+        let env = StreamEnv::new(name);
+        if let Some(p) = config.get_u32("parallelism.default")? {
+            env.set_parallelism(p);
+        }
+        if let Some(mp) = config.get_u32("pipeline.max-parallelism")? {
+            env.set_max_parallelism(mp);
+        }
+        Ok(env)
+    }
+
+    /// The parallelism of operators that do not set their own.
+    pub fn set_parallelism(&self, parallelism: u32) -> &Self {
+        self.inner.borrow_mut().default_parallelism = parallelism;
+        self
+    }
+
+    /// The number of key groups: the upper bound of any keyed operator's parallelism, fixed for
+    /// the life of the job's state.
+    pub fn set_max_parallelism(&self, max_parallelism: u32) -> &Self {
+        self.inner.borrow_mut().max_parallelism = max_parallelism;
+        self
+    }
+
+    /// Adds a parallel source. `name` is also its uid unless `.uid()` says otherwise.
+    pub fn source<T, S>(&self, name: &str, source: S) -> DataStream<T>
+    where
+        T: Clone + Send + 'static,
+        S: SourceFunction<T> + Clone + Send,
+    {
+        let node = self.add_node(
+            name,
+            NodeRole::Source,
+            false,
+            weir_runtime::graph::source_factory(source),
+        );
+        DataStream::new(self.clone(), vec![node])
+    }
+
+    pub(crate) fn add_node(
+        &self,
+        name: &str,
+        role: NodeRole,
+        keyed: bool,
+        factory: NodeFactory,
+    ) -> usize {
+        let mut b = self.inner.borrow_mut();
+        let parallelism = b.default_parallelism;
+        b.nodes.push(Node {
+            uid: name.to_string(),
+            name: name.to_string(),
+            parallelism,
+            role,
+            keyed,
+            factory,
+        });
+        b.nodes.len() - 1
+    }
+
+    /// Finishes the job: checks it and returns its graph.
+    pub fn build(&self) -> Result<JobGraph, JobError> {
+        let b = self.inner.borrow();
+        if let Some(e) = b.errors.first() {
+            return Err(JobError::InvalidJob(e.clone()));
+        }
+        if b.nodes.is_empty() {
+            return Err(JobError::InvalidJob(format!(
+                "job '{}' has no operators",
+                b.name
+            )));
+        }
+        if b.max_parallelism == 0 || b.max_parallelism > 32768 {
+            return Err(JobError::InvalidJob(format!(
+                "pipeline.max-parallelism is {}; it must be between 1 and 32768",
+                b.max_parallelism
+            )));
+        }
+        let graph = JobGraph {
+            name: b.name.clone(),
+            max_parallelism: b.max_parallelism,
+            nodes: b.nodes.clone(),
+            edges: b.edges.clone(),
+        };
+        graph.validate()?;
+        Ok(graph)
+    }
+}

@@ -1,0 +1,320 @@
+//! The coordinator's driver: a thread around the pure [`CheckpointCoordinator`] that feeds it
+//! messages and time, and carries out its actions — allocating ids, sending triggers and
+//! notifications to subtasks, writing metadata, deleting discarded files.
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use weir_checkpoint::{
+    Action, CheckpointCoordinator, CheckpointIdCounter, CheckpointStats, Event, RequestId,
+};
+use weir_core::{Barrier, CheckpointId, CheckpointKind, Clock, JobId, SubtaskId};
+use weir_storage::{CheckpointMetadata, CheckpointStorage, OperatorMetadata};
+
+use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
+
+/// The request id of the final checkpoint taken when a job stops (manual request ids count up
+/// from 1; the coordinator reserves the upper half for its periodic triggers).
+const STOP_REQUEST: RequestId = weir_checkpoint::PERIODIC_REQUEST_BASE - 1;
+
+/// What the driver needs to know about the job.
+pub struct DriverSetup {
+    pub job: JobId,
+    pub job_name: String,
+    pub max_parallelism: u32,
+    pub operators: Vec<OperatorMetadata>,
+    pub sources: Vec<SubtaskId>,
+    pub checkpoint_timeout: Duration,
+}
+
+struct Driver {
+    setup: DriverSetup,
+    coordinator: CheckpointCoordinator,
+    counter: Box<dyn CheckpointIdCounter>,
+    storage: CheckpointStorage,
+    clock: Arc<dyn Clock>,
+    controls: HashMap<SubtaskId, Sender<TaskControl>>,
+    events: Sender<JobEvent>,
+    stopping: bool,
+    next_request: RequestId,
+    /// Duration and size of checkpoints whose metadata was written, for the completion event.
+    written: HashMap<CheckpointId, (u64, u64)>,
+}
+
+/// Starts the driver thread. It returns the final checkpoint statistics when it stops.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn_driver(
+    setup: DriverSetup,
+    coordinator: CheckpointCoordinator,
+    counter: Box<dyn CheckpointIdCounter>,
+    storage: CheckpointStorage,
+    clock: Arc<dyn Clock>,
+    messages: Receiver<CoordinatorMessage>,
+    controls: HashMap<SubtaskId, Sender<TaskControl>>,
+    events: Sender<JobEvent>,
+) -> JoinHandle<CheckpointStats> {
+    let driver = Driver {
+        setup,
+        coordinator,
+        counter,
+        storage,
+        clock,
+        controls,
+        events,
+        stopping: false,
+        next_request: 1,
+        written: HashMap::new(),
+    };
+    std::thread::Builder::new()
+        .name("weir-checkpoint-coordinator".into())
+        .spawn(move || driver.run(messages))
+        .expect("spawn coordinator driver")
+}
+
+impl Driver {
+    fn run(mut self, messages: Receiver<CoordinatorMessage>) -> CheckpointStats {
+        let mut drain_until: Option<u64> = None;
+        loop {
+            if let Some(until) = drain_until {
+                if self.coordinator.pending_count() == 0 || self.clock.now_ms() >= until {
+                    break;
+                }
+            }
+            let now = self.clock.now_ms();
+            let mut wake = self.coordinator.next_deadline();
+            if let Some(until) = drain_until {
+                wake = Some(wake.map_or(until, |w| w.min(until)));
+            }
+            let received = match wake {
+                Some(at) => messages.recv_timeout(Duration::from_millis(at.saturating_sub(now))),
+                None => messages.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            let event = match received {
+                Ok(message) => match self.translate(message) {
+                    Translated::Event(event) => event,
+                    Translated::Nothing => continue,
+                    Translated::Shutdown { drain: true } => {
+                        drain_until = Some(
+                            self.clock.now_ms() + self.setup.checkpoint_timeout.as_millis() as u64,
+                        );
+                        continue;
+                    }
+                    Translated::Shutdown { drain: false } => break,
+                },
+                Err(RecvTimeoutError::Timeout) => Event::Tick,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            self.apply(event);
+        }
+        self.apply(Event::Shutdown);
+        self.coordinator.stats().clone()
+    }
+
+    fn translate(&mut self, message: CoordinatorMessage) -> Translated {
+        let job = self.setup.job;
+        Translated::Event(match message {
+            CoordinatorMessage::Ack {
+                subtask,
+                checkpoint,
+                state,
+                metrics,
+            } => Event::Ack {
+                job,
+                subtask,
+                checkpoint,
+                state,
+                metrics,
+            },
+            CoordinatorMessage::Decline {
+                subtask,
+                checkpoint,
+                reason,
+            } => Event::Decline {
+                job,
+                subtask,
+                checkpoint,
+                reason,
+            },
+            CoordinatorMessage::TaskStatus { subtask, status } => {
+                Event::SubtaskStatus { subtask, status }
+            }
+            CoordinatorMessage::JobStatus(status) => Event::JobStatusChanged(status),
+            CoordinatorMessage::Trigger { kind } => {
+                let request = self.next_request;
+                self.next_request += 1;
+                Event::TriggerRequest { request, kind }
+            }
+            CoordinatorMessage::StopWithCheckpoint => {
+                if self.stopping {
+                    return Translated::Nothing;
+                }
+                self.stopping = true;
+                Event::TriggerRequest {
+                    request: STOP_REQUEST,
+                    kind: CheckpointKind::Checkpoint,
+                }
+            }
+            CoordinatorMessage::Shutdown { drain } => return Translated::Shutdown { drain },
+        })
+    }
+
+    /// Feeds one event to the coordinator and carries out the actions, and the actions those
+    /// lead to, in order.
+    fn apply(&mut self, event: Event) {
+        let now = self.clock.now_ms();
+        let mut queue: VecDeque<Action> = self.coordinator.handle(event, now).into();
+        while let Some(action) = queue.pop_front() {
+            if let Some(event) = self.execute(action) {
+                queue.extend(self.coordinator.handle(event, self.clock.now_ms()));
+            }
+        }
+    }
+
+    fn execute(&mut self, action: Action) -> Option<Event> {
+        match action {
+            Action::AllocateId { request } => Some(match self.counter.get_and_increment() {
+                Ok(id) => Event::IdAllocated { request, id },
+                Err(e) => Event::IdAllocationFailed {
+                    request,
+                    reason: e.to_string(),
+                },
+            }),
+            Action::TriggerSources {
+                checkpoint,
+                timestamp_ms,
+                kind,
+                sources,
+            } => {
+                let barrier = Barrier {
+                    id: checkpoint,
+                    timestamp_ms,
+                    kind,
+                };
+                let finish = self.stopping;
+                tracing::debug!(%checkpoint, finish, "triggering checkpoint");
+                for s in sources {
+                    self.send(s, TaskControl::Trigger { barrier, finish });
+                }
+                None
+            }
+            Action::WriteMetadata { checkpoint } => {
+                let id = checkpoint.id;
+                let duration = checkpoint
+                    .completion_timestamp_ms
+                    .saturating_sub(checkpoint.trigger_timestamp_ms);
+                let size = checkpoint.state_size();
+                let metadata = CheckpointMetadata {
+                    job_name: self.setup.job_name.clone(),
+                    max_parallelism: self.setup.max_parallelism,
+                    operators: self.setup.operators.clone(),
+                    checkpoint,
+                };
+                Some(match self.storage.write_metadata(&metadata) {
+                    Ok(bytes) => {
+                        self.written.insert(id, (duration, size + bytes));
+                        Event::MetadataWritten {
+                            checkpoint: id,
+                            metadata_bytes: bytes,
+                        }
+                    }
+                    Err(e) => Event::MetadataWriteFailed {
+                        checkpoint: id,
+                        reason: e.to_string(),
+                    },
+                })
+            }
+            Action::NotifyComplete {
+                checkpoint,
+                subtasks,
+            } => {
+                for s in subtasks {
+                    self.send(s, TaskControl::NotifyComplete(checkpoint));
+                }
+                let (duration_ms, size_bytes) = self.written.remove(&checkpoint).unwrap_or((0, 0));
+                tracing::info!(%checkpoint, duration_ms, size_bytes, "checkpoint completed");
+                let _ = self.events.send(JobEvent::CheckpointCompleted {
+                    id: checkpoint,
+                    duration_ms,
+                    size_bytes,
+                });
+                None
+            }
+            Action::NotifyAborted {
+                checkpoint,
+                reason,
+                subtasks,
+            } => {
+                for s in subtasks {
+                    self.send(s, TaskControl::NotifyAborted(checkpoint));
+                }
+                self.written.remove(&checkpoint);
+                tracing::warn!(%checkpoint, %reason, "checkpoint aborted");
+                let _ = self.events.send(JobEvent::CheckpointAborted {
+                    id: checkpoint,
+                    reason: reason.to_string(),
+                });
+                None
+            }
+            Action::DiscardCheckpoint {
+                checkpoint,
+                shared_paths,
+            } => {
+                if let Err(e) = self.storage.discard_checkpoint(checkpoint) {
+                    tracing::warn!(%checkpoint, error = %e, "could not delete discarded checkpoint");
+                }
+                for path in shared_paths {
+                    if let Err(e) = self.storage.discard_file(&path) {
+                        tracing::warn!(%path, error = %e, "could not delete shared state file");
+                    }
+                }
+                None
+            }
+            Action::DiscardState { handles } => {
+                for h in handles {
+                    if let Err(e) = self.storage.discard_file(&h.path) {
+                        tracing::warn!(path = %h.path, error = %e, "could not delete state file");
+                    }
+                }
+                None
+            }
+            Action::RequestCompleted {
+                request,
+                checkpoint,
+            } => {
+                tracing::debug!(request, %checkpoint, "requested checkpoint completed");
+                None
+            }
+            Action::RequestFailed { request, reason } => {
+                if request == STOP_REQUEST {
+                    // No final checkpoint is possible (e.g. a source already finished): let the
+                    // sources end without one; the job's last completed checkpoint stands.
+                    tracing::warn!(%reason, "no final checkpoint on stop");
+                    for s in self.setup.sources.clone() {
+                        self.send(s, TaskControl::Finish);
+                    }
+                } else {
+                    tracing::warn!(request, %reason, "checkpoint request failed");
+                }
+                None
+            }
+            Action::FailJob { reason } => {
+                let _ = self.events.send(JobEvent::JobFailed(reason));
+                None
+            }
+        }
+    }
+
+    fn send(&self, subtask: SubtaskId, control: TaskControl) {
+        if let Some(tx) = self.controls.get(&subtask) {
+            let _ = tx.send(control);
+        }
+    }
+}
+
+enum Translated {
+    Event(Event),
+    Nothing,
+    Shutdown { drain: bool },
+}

@@ -1,0 +1,410 @@
+//! The input gate of a subtask: reads its input channels and control messages, and aligns
+//! checkpoint barriers.
+//!
+//! Exactly-once (aligned): when a barrier arrives on a channel, that channel is *blocked* — not
+//! read — until the same barrier has arrived on every channel that has not ended; then the
+//! gate reports [`GateEvent::Aligned`] and unblocks all. Records behind a barrier therefore
+//! never reach the operator before its snapshot. At-least-once: channels are never blocked;
+//! the snapshot happens when the last barrier arrives.
+
+use crossbeam_channel::{Receiver, Select, TryRecvError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use weir_core::{Barrier, CheckpointId, CheckpointingMode, Element};
+
+use crate::control::TaskControl;
+use crate::error::TaskError;
+
+/// What the gate hands its task loop.
+#[derive(Debug)]
+pub enum GateEvent<T> {
+    Records(Vec<T>),
+    /// The minimum watermark over all inputs advanced.
+    Watermark(i64),
+    /// A barrier arrived on every live channel: snapshot now, then forward it.
+    Aligned {
+        barrier: Barrier,
+        alignment_ms: u64,
+        start_delay_ms: u64,
+    },
+    Control(TaskControl),
+    /// Every input channel has ended.
+    EndOfInput,
+    /// The deadline passed with nothing to read.
+    Timeout,
+}
+
+struct Alignment {
+    barrier: Barrier,
+    first_arrival: Instant,
+    start_delay_ms: u64,
+}
+
+/// Reads a subtask's channels and aligns barriers.
+pub struct InputGate<T> {
+    channels: Vec<Receiver<Element<T>>>,
+    control: Receiver<TaskControl>,
+    mode: CheckpointingMode,
+    /// Per channel: has delivered the barrier of the current alignment.
+    seen: Vec<bool>,
+    ended: Vec<bool>,
+    live: usize,
+    end_reported: bool,
+    alignment: Option<Alignment>,
+    /// The newest checkpoint this gate aligned or abandoned; older barriers are ignored.
+    last_checkpoint: CheckpointId,
+    watermarks: Vec<i64>,
+    watermark: i64,
+    next: usize,
+}
+
+impl<T> InputGate<T> {
+    pub fn new(
+        channels: Vec<Receiver<Element<T>>>,
+        control: Receiver<TaskControl>,
+        mode: CheckpointingMode,
+    ) -> InputGate<T> {
+        let n = channels.len();
+        InputGate {
+            channels,
+            control,
+            mode,
+            seen: vec![false; n],
+            ended: vec![false; n],
+            live: n,
+            end_reported: false,
+            alignment: None,
+            last_checkpoint: CheckpointId(0),
+            watermarks: vec![i64::MIN; n],
+            watermark: i64::MIN,
+            next: 0,
+        }
+    }
+
+    fn readable(&self, i: usize) -> bool {
+        let blocked = self.mode == CheckpointingMode::ExactlyOnce && self.seen[i];
+        !self.ended[i] && !blocked
+    }
+
+    /// Waits for the next event, until `deadline` if one is given.
+    pub fn next(&mut self, deadline: Option<Instant>) -> Result<GateEvent<T>, TaskError> {
+        loop {
+            if self.live == 0 && !self.end_reported {
+                self.end_reported = true;
+                return Ok(GateEvent::EndOfInput);
+            }
+            match self.control.try_recv() {
+                Ok(c) => return Ok(self.on_control(c)),
+                Err(TryRecvError::Disconnected) => {
+                    return Ok(GateEvent::Control(TaskControl::Cancel))
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            // Fast path while data flows: poll the readable channels round-robin.
+            let n = self.channels.len();
+            let mut polled = None;
+            for k in 0..n {
+                let i = (self.next + k) % n;
+                if !self.readable(i) {
+                    continue;
+                }
+                match self.channels[i].try_recv() {
+                    Ok(e) => {
+                        polled = Some((i, e));
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Disconnected) => return Err(TaskError::ChannelClosed),
+                }
+            }
+            let (i, element) = match polled {
+                Some(p) => p,
+                None => match self.wait(deadline)? {
+                    Waited::Element(i, e) => (i, e),
+                    Waited::Control(c) => return Ok(self.on_control(c)),
+                    Waited::Timeout => return Ok(GateEvent::Timeout),
+                },
+            };
+            self.next = (i + 1) % n.max(1);
+            if let Some(event) = self.on_element(i, element) {
+                return Ok(event);
+            }
+        }
+    }
+
+    fn wait(&self, deadline: Option<Instant>) -> Result<Waited<T>, TaskError> {
+        let mut select = Select::new();
+        let control_index = select.recv(&self.control);
+        let mut map = Vec::with_capacity(self.channels.len());
+        for (i, channel) in self.channels.iter().enumerate() {
+            if self.readable(i) {
+                map.push((select.recv(channel), i));
+            }
+        }
+        let op = match deadline {
+            Some(d) => match select.select_deadline(d) {
+                Ok(op) => op,
+                Err(_) => return Ok(Waited::Timeout),
+            },
+            None => select.select(),
+        };
+        let index = op.index();
+        if index == control_index {
+            return Ok(match op.recv(&self.control) {
+                Ok(c) => Waited::Control(c),
+                Err(_) => Waited::Control(TaskControl::Cancel),
+            });
+        }
+        let channel = map
+            .iter()
+            .find(|(s, _)| *s == index)
+            .map(|(_, i)| *i)
+            .expect("selected operation belongs to a registered channel");
+        match op.recv(&self.channels[channel]) {
+            Ok(e) => Ok(Waited::Element(channel, e)),
+            Err(_) => Err(TaskError::ChannelClosed),
+        }
+    }
+
+    fn on_control(&mut self, control: TaskControl) -> GateEvent<T> {
+        if let TaskControl::NotifyAborted(id) = control {
+            // An aborted checkpoint will never complete its alignment: stop blocking for it.
+            if self.alignment.as_ref().is_some_and(|a| a.barrier.id == id) {
+                tracing::debug!(checkpoint = %id, "alignment abandoned: checkpoint aborted");
+                self.reset_alignment();
+            }
+            self.last_checkpoint = self.last_checkpoint.max(id);
+        }
+        GateEvent::Control(control)
+    }
+
+    fn on_element(&mut self, i: usize, element: Element<T>) -> Option<GateEvent<T>> {
+        match element {
+            Element::Records(batch) => Some(GateEvent::Records(batch)),
+            Element::Watermark(w) => {
+                self.watermarks[i] = self.watermarks[i].max(w);
+                self.advance_watermark()
+            }
+            Element::Barrier(barrier) => self.on_barrier(i, barrier),
+            Element::EndOfInput => {
+                if !self.ended[i] {
+                    self.ended[i] = true;
+                    self.live -= 1;
+                }
+                if self.alignment.is_some() {
+                    if let Some(aligned) = self.check_aligned() {
+                        return Some(aligned);
+                    }
+                }
+                self.advance_watermark()
+            }
+        }
+    }
+
+    fn advance_watermark(&mut self) -> Option<GateEvent<T>> {
+        let min = self
+            .watermarks
+            .iter()
+            .zip(&self.ended)
+            .filter(|(_, ended)| !**ended)
+            .map(|(w, _)| *w)
+            .min()
+            .unwrap_or(i64::MAX);
+        if min > self.watermark && min != i64::MAX {
+            self.watermark = min;
+            Some(GateEvent::Watermark(min))
+        } else {
+            None
+        }
+    }
+
+    fn on_barrier(&mut self, i: usize, barrier: Barrier) -> Option<GateEvent<T>> {
+        if barrier.id <= self.last_checkpoint {
+            return None; // a late barrier of a checkpoint this gate is done with
+        }
+        match &self.alignment {
+            Some(a) if barrier.id < a.barrier.id => return None,
+            Some(a) if barrier.id > a.barrier.id => {
+                // A newer checkpoint overtook the one being aligned, which therefore cannot
+                // complete here; the coordinator expires or subsumes it.
+                tracing::debug!(old = %a.barrier.id, new = %barrier.id, "alignment superseded");
+                self.last_checkpoint = a.barrier.id;
+                self.reset_alignment();
+            }
+            _ => {}
+        }
+        if self.alignment.is_none() {
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            self.alignment = Some(Alignment {
+                barrier,
+                first_arrival: Instant::now(),
+                start_delay_ms: now_ms.saturating_sub(barrier.timestamp_ms),
+            });
+        }
+        self.seen[i] = true;
+        self.check_aligned()
+    }
+
+    fn check_aligned(&mut self) -> Option<GateEvent<T>> {
+        let complete = self.seen.iter().zip(&self.ended).all(|(s, e)| *s || *e);
+        if !complete {
+            return None;
+        }
+        let a = self.alignment.take()?;
+        self.last_checkpoint = a.barrier.id;
+        self.reset_alignment();
+        Some(GateEvent::Aligned {
+            barrier: a.barrier,
+            alignment_ms: a.first_arrival.elapsed().as_millis() as u64,
+            start_delay_ms: a.start_delay_ms,
+        })
+    }
+
+    fn reset_alignment(&mut self) {
+        self.alignment = None;
+        self.seen.iter_mut().for_each(|s| *s = false);
+    }
+}
+
+enum Waited<T> {
+    Element(usize, Element<T>),
+    Control(TaskControl),
+    Timeout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::{bounded, unbounded};
+    use weir_core::CheckpointKind;
+
+    fn barrier(id: u64) -> Element<u32> {
+        Element::Barrier(Barrier {
+            id: CheckpointId(id),
+            timestamp_ms: 0,
+            kind: CheckpointKind::Checkpoint,
+        })
+    }
+
+    /// Drains the gate until it reports an alignment, returning the records seen before it.
+    fn records_until_aligned(gate: &mut InputGate<u32>) -> Vec<u32> {
+        let mut seen = Vec::new();
+        loop {
+            match gate.next(None).unwrap() {
+                GateEvent::Records(b) => seen.extend(b),
+                GateEvent::Aligned { .. } => return seen,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn records_behind_a_barrier_on_a_blocked_channel_wait_for_the_snapshot() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx0.send(Element::Records(vec![1])).unwrap();
+        tx0.send(barrier(1)).unwrap();
+        tx0.send(Element::Records(vec![2])).unwrap(); // after the barrier: belongs to the next epoch
+        tx1.send(Element::Records(vec![10])).unwrap();
+        tx1.send(Element::Records(vec![11])).unwrap();
+        tx1.send(barrier(1)).unwrap();
+        tx1.send(Element::Records(vec![12])).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        let mut before = records_until_aligned(&mut gate);
+        before.sort();
+        assert_eq!(before, vec![1, 10, 11]);
+        let mut after = Vec::new();
+        while after.len() < 2 {
+            if let GateEvent::Records(b) = gate.next(None).unwrap() {
+                after.extend(b);
+            }
+        }
+        after.sort();
+        assert_eq!(after, vec![2, 12]);
+    }
+
+    #[test]
+    fn at_least_once_does_not_block_but_snapshots_on_the_last_barrier() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx0.send(barrier(1)).unwrap();
+        tx0.send(Element::Records(vec![2])).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::AtLeastOnce);
+        // Channel 0's post-barrier record is processed before channel 1's barrier arrives.
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Records(b) if b == vec![2]));
+        tx1.send(barrier(1)).unwrap();
+        assert!(matches!(
+            gate.next(None).unwrap(),
+            GateEvent::Aligned { .. }
+        ));
+    }
+
+    #[test]
+    fn an_ended_channel_does_not_hold_back_alignment() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx1.send(Element::EndOfInput).unwrap();
+        tx0.send(barrier(3)).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        let event = gate.next(None).unwrap();
+        assert!(
+            matches!(event, GateEvent::Aligned { barrier, .. } if barrier.id == CheckpointId(3)),
+            "{event:?}"
+        );
+        tx0.send(Element::EndOfInput).unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::EndOfInput));
+    }
+
+    #[test]
+    fn an_aborted_checkpoint_unblocks_its_channels_and_its_late_barriers_are_ignored() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (ctl, control) = unbounded();
+        tx0.send(barrier(5)).unwrap();
+        tx0.send(Element::Records(vec![7])).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        let deadline = Some(Instant::now());
+        assert!(matches!(gate.next(deadline).unwrap(), GateEvent::Timeout));
+        ctl.send(TaskControl::NotifyAborted(CheckpointId(5)))
+            .unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Control(_)));
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Records(b) if b == vec![7]));
+        tx1.send(barrier(5)).unwrap();
+        tx1.send(Element::Records(vec![8])).unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Records(b) if b == vec![8]));
+    }
+
+    #[test]
+    fn a_newer_barrier_supersedes_an_unfinished_alignment() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx0.send(barrier(1)).unwrap();
+        tx1.send(barrier(2)).unwrap();
+        tx0.send(barrier(2)).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        let event = gate.next(None).unwrap();
+        assert!(
+            matches!(event, GateEvent::Aligned { barrier, .. } if barrier.id == CheckpointId(2)),
+            "{event:?}"
+        );
+    }
+
+    #[test]
+    fn watermarks_advance_with_the_slowest_input() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx0.send(Element::Watermark(10)).unwrap();
+        tx1.send(Element::Watermark(5)).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(5)));
+        tx1.send(Element::Watermark(20)).unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(10)));
+    }
+}

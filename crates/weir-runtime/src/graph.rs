@@ -1,0 +1,251 @@
+//! The job graph: operators (nodes) with their parallelism and stable uids, and the edges
+//! between them. Types are erased here so that one graph can hold operators of any record
+//! types; they are recovered once, at deployment, never per record.
+
+use crossbeam_channel::Receiver;
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use weir_core::{Element, OperatorId};
+use weir_state::StableHash;
+
+use crate::channel::{self, ChannelSink};
+use crate::error::{JobError, TaskError};
+use crate::gate::InputGate;
+use crate::operator::{OneInputOperator, SourceFunction};
+use crate::output::Output;
+use crate::partition::{BroadcastWriter, EdgeWriter, HashWriter, Partition, RoundRobinWriter};
+use crate::task::{run_one_input, run_source, TaskRuntime};
+
+/// A type-erased value whose type the graph's factories know.
+pub type Erased = Box<dyn Any + Send>;
+
+/// What a deployed subtask runs.
+pub type SubtaskBody = Box<dyn FnOnce() -> Result<(), TaskError> + Send>;
+
+/// Builds one subtask from its input receivers and output edge writers.
+pub type NodeFactory =
+    Arc<dyn Fn(Vec<Erased>, Vec<Erased>, TaskRuntime) -> Result<SubtaskBody, String> + Send + Sync>;
+
+/// Makes one channel of an edge: (producer's `Box<dyn ChannelSink<T>>`, consumer's receiver).
+pub type ChannelFactory = Arc<dyn Fn(usize) -> (Erased, Erased) + Send + Sync>;
+
+/// Makes a producer subtask's writer for an edge from its channels (one per consumer subtask
+/// it talks to): `(partition, channels, producer index, max parallelism, batch size)`.
+pub type WriterFactory =
+    Arc<dyn Fn(Partition, Vec<Erased>, usize, u32, usize) -> Erased + Send + Sync>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeRole {
+    Source,
+    Operator,
+    Sink,
+}
+
+/// One operator of the job.
+#[derive(Clone)]
+pub struct Node {
+    pub uid: String,
+    pub name: String,
+    pub parallelism: u32,
+    pub role: NodeRole,
+    pub keyed: bool,
+    pub factory: NodeFactory,
+}
+
+impl Node {
+    pub fn id(&self) -> OperatorId {
+        OperatorId::from_uid(&self.uid)
+    }
+}
+
+/// A connection from one node's output to one input of another.
+#[derive(Clone)]
+pub struct Edge {
+    pub from: usize,
+    pub to: usize,
+    pub partition: Partition,
+    pub channel: ChannelFactory,
+    pub writer: WriterFactory,
+}
+
+/// A whole job: what the executor deploys.
+#[derive(Clone)]
+pub struct JobGraph {
+    pub name: String,
+    pub max_parallelism: u32,
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+}
+
+impl JobGraph {
+    /// Checks what must hold before deployment: unique uids, sane parallelism, forward edges
+    /// between equal parallelism.
+    pub fn validate(&self) -> Result<(), JobError> {
+        let mut seen: HashMap<&str, &str> = HashMap::new();
+        for node in &self.nodes {
+            if let Some(other) = seen.insert(&node.uid, &node.name) {
+                return Err(JobError::InvalidJob(format!(
+                    "duplicate operator uid '{}' (operators '{other}' and '{}'); give each operator a distinct name or .uid()",
+                    node.uid, node.name
+                )));
+            }
+            if node.parallelism == 0 || node.parallelism > self.max_parallelism {
+                return Err(JobError::InvalidJob(format!(
+                    "operator '{}' has parallelism {}; it must be between 1 and pipeline.max-parallelism ({})",
+                    node.uid, node.parallelism, self.max_parallelism
+                )));
+            }
+        }
+        for edge in &self.edges {
+            let (from, to) = (&self.nodes[edge.from], &self.nodes[edge.to]);
+            if edge.partition == Partition::Forward && from.parallelism != to.parallelism {
+                return Err(JobError::InvalidJob(format!(
+                    "forward edge from '{}' (parallelism {}) to '{}' (parallelism {}) needs equal parallelism; use rebalance",
+                    from.uid, from.parallelism, to.uid, to.parallelism
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The edge's partitioning with `Default` resolved as Flink does.
+    pub fn resolved_partition(&self, edge: &Edge) -> Partition {
+        match edge.partition {
+            Partition::Default
+                if self.nodes[edge.from].parallelism == self.nodes[edge.to].parallelism =>
+            {
+                Partition::Forward
+            }
+            Partition::Default => Partition::Rebalance,
+            p => p,
+        }
+    }
+}
+
+fn downcast<T: 'static>(value: Erased, what: &str) -> Result<T, String> {
+    value
+        .downcast::<T>()
+        .map(|b| *b)
+        .map_err(|_| format!("internal type mismatch for {what}"))
+}
+
+fn writers<T: 'static>(outputs: Vec<Erased>) -> Result<Vec<Box<dyn EdgeWriter<T>>>, String> {
+    outputs
+        .into_iter()
+        .map(|o| downcast::<Box<dyn EdgeWriter<T>>>(o, "an output edge"))
+        .collect()
+}
+
+fn receivers<I: 'static>(inputs: Vec<Erased>) -> Result<Vec<Receiver<Element<I>>>, String> {
+    inputs
+        .into_iter()
+        .map(|i| downcast::<Receiver<Element<I>>>(i, "an input channel"))
+        .collect()
+}
+
+/// The factory of a source node; each subtask gets its own clone of `source`.
+pub fn source_factory<T, S>(source: S) -> NodeFactory
+where
+    T: Clone + Send + 'static,
+    S: SourceFunction<T> + Clone + Send,
+{
+    // The template is only cloned at deployment; the mutex makes it shareable without asking
+    // user types to be `Sync`.
+    let template = Mutex::new(source);
+    Arc::new(move |_inputs, outputs, rt: TaskRuntime| {
+        let out = Output::new(writers::<T>(outputs)?, rt.batch_size);
+        let source = template
+            .lock()
+            .map_err(|_| "source template poisoned")?
+            .clone();
+        Ok(Box::new(move || run_source(source, out, rt)) as SubtaskBody)
+    })
+}
+
+/// The factory of a one-input node; each subtask gets its own clone of `operator`.
+pub fn one_input_factory<I, O, Op>(operator: Op) -> NodeFactory
+where
+    I: Send + 'static,
+    O: Clone + Send + 'static,
+    Op: OneInputOperator<I, O> + Clone,
+{
+    let template = Mutex::new(operator);
+    Arc::new(move |inputs, outputs, rt: TaskRuntime| {
+        let gate = InputGate::new(receivers::<I>(inputs)?, rt.control.clone(), rt.mode);
+        let out = Output::new(writers::<O>(outputs)?, rt.batch_size);
+        let op = template
+            .lock()
+            .map_err(|_| "operator template poisoned")?
+            .clone();
+        Ok(Box::new(move || run_one_input(op, gate, out, rt)) as SubtaskBody)
+    })
+}
+
+/// Channels for an edge whose producer emits `T` into a consumer reading `T`.
+pub fn direct_channels<T: Send + 'static>() -> ChannelFactory {
+    Arc::new(|capacity| {
+        let (sink, rx) = channel::direct::<T>(capacity);
+        (Box::new(sink) as Erased, Box::new(rx) as Erased)
+    })
+}
+
+/// Channels into the left input of a two-input consumer of `Either<A, B>`.
+pub fn left_channels<A: Send + 'static, B: Send + 'static>() -> ChannelFactory {
+    Arc::new(|capacity| {
+        let (sink, rx) = channel::left::<A, B>(capacity);
+        (Box::new(sink) as Erased, Box::new(rx) as Erased)
+    })
+}
+
+/// Channels into the right input of a two-input consumer of `Either<A, B>`.
+pub fn right_channels<A: Send + 'static, B: Send + 'static>() -> ChannelFactory {
+    Arc::new(|capacity| {
+        let (sink, rx) = channel::right::<A, B>(capacity);
+        (Box::new(sink) as Erased, Box::new(rx) as Erased)
+    })
+}
+
+fn sinks<T: 'static>(channels: Vec<Erased>) -> Vec<Box<dyn ChannelSink<T>>> {
+    channels
+        .into_iter()
+        .map(|c| {
+            *c.downcast::<Box<dyn ChannelSink<T>>>()
+                .expect("channel of the edge's type")
+        })
+        .collect()
+}
+
+/// Writers for an edge without a key: forward, rebalance or broadcast.
+pub fn plain_writers<T: Clone + Send + 'static>() -> WriterFactory {
+    Arc::new(
+        |partition, channels, index, _max_parallelism, _batch_size| {
+            let channels = sinks::<T>(channels);
+            let writer: Box<dyn EdgeWriter<T>> = match partition {
+                Partition::Broadcast => Box::new(BroadcastWriter::new(channels)),
+                _ => Box::new(RoundRobinWriter::new(channels, index)),
+            };
+            Box::new(writer) as Erased
+        },
+    )
+}
+
+/// Writers for a keyed edge: hash partitioning by the key's key group.
+pub fn keyed_writers<T, K, F>(key: F) -> WriterFactory
+where
+    T: Send + 'static,
+    K: StableHash + 'static,
+    F: Fn(&T) -> K + Clone + Send + Sync + 'static,
+{
+    Arc::new(
+        move |_partition, channels, _index, max_parallelism, batch_size| {
+            let writer: Box<dyn EdgeWriter<T>> = Box::new(HashWriter::new(
+                sinks::<T>(channels),
+                key.clone(),
+                max_parallelism,
+                batch_size,
+            ));
+            Box::new(writer) as Erased
+        },
+    )
+}

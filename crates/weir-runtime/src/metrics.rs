@@ -1,0 +1,25 @@
+//! Per-subtask counters, updated once per batch (never per record) and read by progress
+//! reporting.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub struct SubtaskMetrics {
+    pub records_in: AtomicU64,
+    pub records_out: AtomicU64,
+}
+
+impl SubtaskMetrics {
+    pub fn add_in(&self, n: u64) {
+        self.records_in.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn set_out(&self, total: u64) {
+        self.records_out.store(total, Ordering::Relaxed);
+    }
+    pub fn records_in(&self) -> u64 {
+        self.records_in.load(Ordering::Relaxed)
+    }
+    pub fn records_out(&self) -> u64 {
+        self.records_out.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,90 @@
+//! The operator contracts the task loops drive: sources and one-input operators (a two-input
+//! operator is a one-input operator over [`Either`](crate::channel::Either)).
+
+use weir_core::{CheckpointId, KeyGroupRange};
+use weir_state::{FrozenTable, KeyedSnapshotReader, OperatorStateSnapshot};
+
+use crate::error::TaskError;
+use crate::output::Output;
+
+/// Where an operator instance runs.
+#[derive(Clone, Debug)]
+pub struct OperatorContext {
+    pub uid: String,
+    pub name: String,
+    pub index: u32,
+    pub parallelism: u32,
+    pub max_parallelism: u32,
+    /// Key groups this subtask owns (meaningful for keyed operators).
+    pub key_groups: KeyGroupRange,
+}
+
+/// The synchronous part of a snapshot: frozen views, cheap to take, serialised later on a
+/// snapshot worker.
+#[derive(Default)]
+pub struct OperatorSnapshot {
+    pub keyed: Vec<Box<dyn FrozenTable>>,
+    pub operator: Option<OperatorStateSnapshot>,
+}
+
+/// State handed to an operator when it opens after a restore.
+#[derive(Default)]
+pub struct RestoredState {
+    pub keyed: Option<KeyedSnapshotReader>,
+    pub operator: Option<OperatorStateSnapshot>,
+}
+
+/// What a source's poll produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceStatus {
+    /// Records were appended to the batch (possibly zero if it was cut short).
+    Emitted,
+    /// Nothing available right now; poll again soon.
+    Idle,
+    /// The source is bounded and has nothing more, ever.
+    Exhausted,
+}
+
+/// A parallel source. Each subtask reads its own share and can rewind to a recorded position.
+pub trait SourceFunction<T>: Send + 'static {
+    /// Opens the source; `restored` holds the list-state elements recorded for this subtask by
+    /// the checkpoint being restored, `None` on a fresh start.
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: Option<Vec<Vec<u8>>>,
+    ) -> Result<(), TaskError>;
+    /// Appends up to `max` records to `batch`.
+    fn poll_batch(&mut self, batch: &mut Vec<T>, max: usize) -> Result<SourceStatus, TaskError>;
+    /// The read position, as list-state elements (redistributed round-robin on rescale).
+    /// Called between batches, right after the barrier was emitted.
+    fn snapshot_position(&mut self) -> Result<Vec<Vec<u8>>, TaskError>;
+    fn notify_complete(&mut self, _checkpoint: CheckpointId) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+/// An operator with one input (which may be an `Either` of two).
+pub trait OneInputOperator<I, O>: Send + 'static {
+    fn open(&mut self, _ctx: &OperatorContext, _restored: RestoredState) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn process_batch(&mut self, batch: Vec<I>, out: &mut Output<O>) -> Result<(), TaskError>;
+    fn watermark(&mut self, _watermark: i64, _out: &mut Output<O>) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// Synchronous snapshot phase: must not grow with the amount of state.
+    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
+        Ok(OperatorSnapshot::default())
+    }
+    fn notify_complete(&mut self, _checkpoint: CheckpointId) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn notify_aborted(&mut self, _checkpoint: CheckpointId) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// All input has arrived; emit what is left.
+    fn finish(&mut self, _out: &mut Output<O>) -> Result<(), TaskError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,312 @@
+//! The task loop (mailbox) of a subtask. Records, barriers, checkpoint notifications and
+//! control all run on this one thread, so operator state needs no locks and a snapshot never
+//! happens in the middle of a batch.
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weir_checkpoint::TaskStatus;
+use weir_core::{Barrier, CheckpointId, CheckpointingMode, SubtaskId};
+
+use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
+use crate::error::TaskError;
+use crate::gate::{GateEvent, InputGate};
+use crate::metrics::SubtaskMetrics;
+use crate::operator::{
+    OneInputOperator, OperatorContext, OperatorSnapshot, RestoredState, SourceFunction,
+    SourceStatus,
+};
+use crate::output::Output;
+use crate::snapshot::SnapshotJob;
+
+/// Everything a subtask's loop needs besides its operator, gate and output.
+pub struct TaskRuntime {
+    pub subtask: SubtaskId,
+    pub uid: Arc<str>,
+    pub ctx: OperatorContext,
+    pub control: Receiver<TaskControl>,
+    pub coordinator: Sender<CoordinatorMessage>,
+    pub events: Sender<JobEvent>,
+    pub snapshots: Sender<SnapshotJob>,
+    pub metrics: Arc<SubtaskMetrics>,
+    pub batch_size: usize,
+    pub channel_capacity: usize,
+    pub buffer_timeout: Duration,
+    pub mode: CheckpointingMode,
+    pub restored: RestoredState,
+    /// Snapshots handed to the workers and not yet acknowledged.
+    pub in_flight: usize,
+    pub snapshot_done: (Sender<CheckpointId>, Receiver<CheckpointId>),
+}
+
+impl TaskRuntime {
+    fn report(&self, status: TaskStatus) {
+        let _ = self.coordinator.send(CoordinatorMessage::TaskStatus {
+            subtask: self.subtask,
+            status,
+        });
+    }
+
+    /// Hands the synchronous snapshot to the async workers, or declines if it failed.
+    fn submit(
+        &mut self,
+        barrier: Barrier,
+        snapshot: Result<OperatorSnapshot, TaskError>,
+        sync_start: Instant,
+        alignment_ms: u64,
+        start_delay_ms: u64,
+    ) {
+        let message = match snapshot {
+            Ok(snapshot) => {
+                let job = SnapshotJob {
+                    subtask: self.subtask,
+                    uid: self.uid.clone(),
+                    checkpoint: barrier.id,
+                    snapshot,
+                    key_groups: self.ctx.key_groups,
+                    sync_ms: sync_start.elapsed().as_millis() as u64,
+                    alignment_ms,
+                    start_delay_ms,
+                    started: sync_start,
+                    done: self.snapshot_done.0.clone(),
+                };
+                if self.snapshots.send(job).is_ok() {
+                    self.in_flight += 1;
+                }
+                return;
+            }
+            Err(e) => CoordinatorMessage::Decline {
+                subtask: self.subtask,
+                checkpoint: barrier.id,
+                reason: format!(
+                    "snapshot of '{}' subtask {} failed: {e}",
+                    self.uid, self.subtask.index
+                ),
+            },
+        };
+        let _ = self.coordinator.send(message);
+    }
+
+    /// After end of input: keep serving checkpoint notifications (sinks commit on them) until
+    /// the job shuts down.
+    fn serve_until_shutdown(
+        &mut self,
+        mut on_complete: impl FnMut(weir_core::CheckpointId) -> Result<(), TaskError>,
+    ) -> Result<(), TaskError> {
+        // Invariant: a subtask reports itself finished only after its snapshots were
+        // acknowledged, so the coordinator never mistakes a final checkpoint for an abandoned one.
+        while self.in_flight > 0 {
+            match self.snapshot_done.1.recv() {
+                Ok(_) => self.in_flight -= 1,
+                Err(_) => break,
+            }
+        }
+        let _ = self.events.send(JobEvent::TaskFinished(self.subtask));
+        self.report(TaskStatus::Finished);
+        loop {
+            match self.control.recv() {
+                Ok(TaskControl::NotifyComplete(id)) => on_complete(id)?,
+                Ok(TaskControl::Shutdown) | Ok(TaskControl::Cancel) | Err(_) => return Ok(()),
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// Runs a one-input operator until its input ends and the job shuts down.
+pub fn run_one_input<I, O, Op>(
+    mut op: Op,
+    mut gate: InputGate<I>,
+    mut out: Output<O>,
+    mut rt: TaskRuntime,
+) -> Result<(), TaskError>
+where
+    O: Clone + Send,
+    Op: OneInputOperator<I, O>,
+{
+    op.open(&rt.ctx, std::mem::take(&mut rt.restored))?;
+    rt.report(TaskStatus::Running);
+    loop {
+        let deadline = out.buffered_since().map(|t| t + rt.buffer_timeout);
+        match gate.next(deadline)? {
+            GateEvent::Records(batch) => {
+                rt.metrics.add_in(batch.len() as u64);
+                op.process_batch(batch, &mut out)?;
+                out.take_error()?;
+            }
+            GateEvent::Watermark(w) => {
+                op.watermark(w, &mut out)?;
+                out.watermark(w)?;
+            }
+            GateEvent::Aligned {
+                barrier,
+                alignment_ms,
+                start_delay_ms,
+            } => {
+                let sync_start = Instant::now();
+                let snapshot = op.snapshot(barrier.id);
+                rt.submit(barrier, snapshot, sync_start, alignment_ms, start_delay_ms);
+                out.barrier(barrier)?;
+            }
+            GateEvent::Control(TaskControl::NotifyComplete(id)) => op.notify_complete(id)?,
+            GateEvent::Control(TaskControl::NotifyAborted(id)) => op.notify_aborted(id)?,
+            GateEvent::Control(TaskControl::Cancel) | GateEvent::Control(TaskControl::Shutdown) => {
+                return Ok(())
+            }
+            GateEvent::Control(_) => {}
+            GateEvent::EndOfInput => {
+                op.finish(&mut out)?;
+                out.end_of_input()?;
+                rt.metrics.set_out(out.records_out());
+                return rt.serve_until_shutdown(|id| op.notify_complete(id));
+            }
+            GateEvent::Timeout => out.flush()?,
+        }
+        if out
+            .buffered_since()
+            .is_some_and(|t| t.elapsed() >= rt.buffer_timeout)
+        {
+            out.flush()?;
+        }
+        rt.metrics.set_out(out.records_out());
+    }
+}
+
+/// What a source loop does after handling a control message.
+enum Next {
+    Continue,
+    Finish,
+    Exit,
+}
+
+/// Runs a source until it is told to finish (or cancelled).
+pub fn run_source<T, S>(
+    mut source: S,
+    mut out: Output<T>,
+    mut rt: TaskRuntime,
+) -> Result<(), TaskError>
+where
+    T: Clone + Send,
+    S: SourceFunction<T>,
+{
+    let positions = rt.restored.operator.take().map(|s| {
+        s.list
+            .into_iter()
+            .flat_map(|(_, elements)| elements)
+            .collect::<Vec<_>>()
+    });
+    source.open(&rt.ctx, positions)?;
+    rt.report(TaskStatus::Running);
+    let mut exhausted = false;
+    let mut batch = Vec::with_capacity(rt.batch_size);
+    loop {
+        // Control between batches, never inside one.
+        let control = if exhausted {
+            match rt.control.recv() {
+                Ok(c) => Some(c),
+                Err(_) => return Ok(()),
+            }
+        } else {
+            match rt.control.try_recv() {
+                Ok(c) => Some(c),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => return Ok(()),
+            }
+        };
+        if let Some(control) = control {
+            match handle_source_control(control, &mut source, &mut out, &mut rt)? {
+                Next::Continue => continue,
+                Next::Exit => return Ok(()),
+                Next::Finish => {
+                    out.end_of_input()?;
+                    rt.metrics.set_out(out.records_out());
+                    return rt.serve_until_shutdown(|id| source.notify_complete(id));
+                }
+            }
+        }
+        match source.poll_batch(&mut batch, rt.batch_size)? {
+            SourceStatus::Emitted => {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(rt.batch_size));
+                out.emit_batch(full);
+                out.take_error()?;
+            }
+            SourceStatus::Idle => {
+                out.flush()?;
+                match rt.control.recv_timeout(Duration::from_millis(5)) {
+                    Ok(c) => match handle_source_control(c, &mut source, &mut out, &mut rt)? {
+                        Next::Continue => {}
+                        Next::Exit => return Ok(()),
+                        Next::Finish => {
+                            out.end_of_input()?;
+                            rt.metrics.set_out(out.records_out());
+                            return rt.serve_until_shutdown(|id| source.notify_complete(id));
+                        }
+                    },
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                }
+            }
+            SourceStatus::Exhausted => {
+                let rest = std::mem::take(&mut batch);
+                out.emit_batch(rest);
+                out.flush()?;
+                exhausted = true;
+                let _ = rt.events.send(JobEvent::SourceExhausted(rt.subtask));
+            }
+        }
+        if out
+            .buffered_since()
+            .is_some_and(|t| t.elapsed() >= rt.buffer_timeout)
+        {
+            out.flush()?;
+        }
+        rt.metrics.set_out(out.records_out());
+    }
+}
+
+fn handle_source_control<T, S>(
+    control: TaskControl,
+    source: &mut S,
+    out: &mut Output<T>,
+    rt: &mut TaskRuntime,
+) -> Result<Next, TaskError>
+where
+    T: Clone + Send,
+    S: SourceFunction<T>,
+{
+    Ok(match control {
+        TaskControl::Trigger { barrier, finish } => {
+            // The position is taken right after the barrier: everything before it was emitted.
+            out.barrier(barrier)?;
+            let sync_start = Instant::now();
+            let snapshot = source.snapshot_position().map(|elements| OperatorSnapshot {
+                keyed: Vec::new(),
+                operator: Some(weir_state::OperatorStateSnapshot {
+                    list: vec![("position".to_string(), elements)],
+                    union: Vec::new(),
+                }),
+            });
+            rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier));
+            if finish {
+                Next::Finish
+            } else {
+                Next::Continue
+            }
+        }
+        TaskControl::Finish => Next::Finish,
+        TaskControl::NotifyComplete(id) => {
+            source.notify_complete(id)?;
+            Next::Continue
+        }
+        TaskControl::NotifyAborted(_) => Next::Continue,
+        TaskControl::Cancel | TaskControl::Shutdown => Next::Exit,
+    })
+}
+
+fn start_delay(barrier: Barrier) -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+        .saturating_sub(barrier.timestamp_ms)
+}

@@ -1,0 +1,156 @@
+//! `KeyedStateSet`: the keyed state tables of one operator, as the runtime initialises, snapshots and restores them.
+
+use crate::error::StateError;
+use crate::frozen_table::FrozenTable;
+use crate::key::Key;
+use crate::snapshot_reader::KeyedSnapshotReader;
+use weir_core::KeyGroupRange;
+
+/// A set of keyed state tables that the runtime can initialise, snapshot and restore.
+///
+/// Implemented for [`ValueState`](crate::ValueState), [`MapState`](crate::MapState),
+/// [`ListState`](crate::ListState), for `()` (no keyed state) and for tuples of up to six sets,
+/// so an operator declares its state as one value:
+///
+/// ```
+/// use weir_state::*;
+///
+/// let mut state = (
+///     ValueState::<String, u64>::new("count"),
+///     ListState::<String, f64>::new("readings"),
+/// );
+/// state.check_names().unwrap();
+/// let range = KeyGroupRange::new(0, 128); // a single subtask owns every key group
+/// state.init(128, range);
+///
+/// let sensor = String::from("sensor-1");
+/// let key = CurrentKey::new(&sensor, 128);
+/// state.0.set(&key, 1);
+/// state.1.add(&key, 20.5);
+///
+/// let mut frozen = Vec::new();
+/// state.snapshot(&mut frozen); // synchronous phase, on the task thread
+/// let bytes = encode_keyed_snapshot(&frozen, range).unwrap(); // on a snapshot worker
+///
+/// let mut restored = (
+///     ValueState::<String, u64>::new("count"),
+///     ListState::<String, f64>::new("readings"),
+/// );
+/// restored.init(128, range);
+/// restored.restore(&KeyedSnapshotReader::decode(&bytes).unwrap()).unwrap();
+/// assert_eq!(restored.0.get(&key), Some(&1));
+/// assert_eq!(restored.1.get(&key), [20.5]);
+/// ```
+pub trait KeyedStateSet<K: Key>: Send + 'static {
+    /// Called once on the task thread before any access: this subtask owns `range` out of
+    /// `max_parallelism` key groups. Every table starts empty.
+    fn init(&mut self, max_parallelism: u32, range: KeyGroupRange);
+
+    /// Synchronous phase: appends a frozen view of every table to `out`, in a fixed order.
+    /// O(number of key groups), independent of the number of keys.
+    fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>);
+
+    /// Replaces the contents of every table with its key groups in `snapshot` that lie inside the
+    /// range given to `init`, so a restore at a different parallelism (rescaling) takes just the
+    /// key groups it owns. Tables absent from the snapshot start empty. Call
+    /// [`KeyedSnapshotReader::check_covers`] first to make sure no subtask snapshot is missing.
+    fn restore(&mut self, snapshot: &KeyedSnapshotReader) -> Result<(), StateError>;
+
+    /// Appends the names of every table, for duplicate-name detection.
+    fn names(&self, out: &mut Vec<String>);
+
+    /// Errors if two tables share a name: their snapshots would be indistinguishable.
+    fn check_names(&self) -> Result<(), StateError> {
+        let mut names = Vec::new();
+        self.names(&mut names);
+        names.sort_unstable();
+        match names.windows(2).find(|w| w[0] == w[1]) {
+            Some(w) => Err(StateError::DuplicateTable { name: w[0].clone() }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<K: Key> KeyedStateSet<K> for () {
+    fn init(&mut self, _max_parallelism: u32, _range: KeyGroupRange) {}
+    fn snapshot(&mut self, _out: &mut Vec<Box<dyn FrozenTable>>) {}
+    fn restore(&mut self, _snapshot: &KeyedSnapshotReader) -> Result<(), StateError> {
+        Ok(())
+    }
+    fn names(&self, _out: &mut Vec<String>) {}
+}
+
+macro_rules! tuple_state_set {
+    ($($name:ident . $index:tt),+) => {
+        impl<K: Key, $($name: KeyedStateSet<K>),+> KeyedStateSet<K> for ($($name,)+) {
+            fn init(&mut self, max_parallelism: u32, range: KeyGroupRange) {
+                $(self.$index.init(max_parallelism, range);)+
+            }
+            fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>) {
+                $(self.$index.snapshot(out);)+
+            }
+            fn restore(&mut self, snapshot: &KeyedSnapshotReader) -> Result<(), StateError> {
+                $(self.$index.restore(snapshot)?;)+
+                Ok(())
+            }
+            fn names(&self, out: &mut Vec<String>) {
+                $(self.$index.names(out);)+
+            }
+        }
+    };
+}
+
+tuple_state_set!(A.0);
+tuple_state_set!(A.0, B.1);
+tuple_state_set!(A.0, B.1, C.2);
+tuple_state_set!(A.0, B.1, C.2, D.3);
+tuple_state_set!(A.0, B.1, C.2, D.3, E.4);
+tuple_state_set!(A.0, B.1, C.2, D.3, E.4, F.5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ListState, MapState, ValueState};
+
+    #[test]
+    fn duplicate_table_names_are_reported_by_name() {
+        let set = (
+            ValueState::<u64, u64>::new("a"),
+            (
+                ListState::<u64, u64>::new("b"),
+                MapState::<u64, u8, u8>::new("a"),
+            ),
+        );
+        let err = set.check_names().unwrap_err();
+        assert!(
+            matches!(err, StateError::DuplicateTable { ref name } if name == "a"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_tuple_snapshots_its_tables_in_declaration_order() {
+        let mut set = (
+            ValueState::<u64, u64>::new("a"),
+            ListState::<u64, u64>::new("b"),
+            MapState::<u64, u8, u8>::new("c"),
+            (),
+        );
+        set.check_names().unwrap();
+        set.init(4, KeyGroupRange::new(1, 3));
+        let mut frozen = Vec::new();
+        set.snapshot(&mut frozen);
+        let names: Vec<&str> = frozen.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(frozen
+            .iter()
+            .all(|t| t.key_groups() == KeyGroupRange::new(1, 3)));
+    }
+
+    #[test]
+    fn restoring_before_init_is_an_error() {
+        let mut set = ValueState::<u64, u64>::new("a");
+        let err = set.restore(&KeyedSnapshotReader::default()).unwrap_err();
+        assert!(matches!(err, StateError::NotInitialised { .. }), "{err}");
+    }
+}

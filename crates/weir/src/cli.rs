@@ -1,0 +1,177 @@
+//! Command-line flags, and the configuration they build (file, environment, `-D`, flags —
+//! later ones win).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+use weir_core::config::{parse_duration, CheckpointConfig, Config};
+use weir_runtime::StartMode;
+
+use crate::CliError;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir",
+    version,
+    about = "Weir: stateful stream processing with exactly-once checkpoints"
+)]
+pub struct Cli {
+    /// Log more (-v: info, -vv: debug). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    pub fn log_level(&self) -> &'static str {
+        match self.verbose {
+            0 => "warn",
+            1 => "info",
+            _ => "debug",
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the demo job: generated purchases → running spend per user → file sink, with
+    /// checkpoints every second.
+    Demo(DemoArgs),
+    /// Measure throughput of the demo pipeline.
+    Bench(BenchArgs),
+    /// Look at a job's checkpoints.
+    #[command(subcommand)]
+    Checkpoints(CheckpointsCommand),
+}
+
+/// Options every job run shares.
+#[derive(Args, Debug, Clone)]
+pub struct JobArgs {
+    /// Where checkpoints go (execution.checkpointing.dir).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint interval, e.g. 500ms, 1s, 1min (execution.checkpointing.interval).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub checkpoint_interval: Option<Duration>,
+    /// Parallelism of every operator.
+    #[arg(long, short = 'p')]
+    pub parallelism: Option<u32>,
+    /// Continue from the latest completed checkpoint in the checkpoint directory.
+    #[arg(long, conflicts_with = "fresh")]
+    pub resume: bool,
+    /// Delete the job's existing checkpoints and start over.
+    #[arg(long)]
+    pub fresh: bool,
+    /// A config file of `key: value` lines with Flink's option names.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Set an option, e.g. -D execution.checkpointing.num-retained=5.
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    pub define: Vec<String>,
+}
+
+impl JobArgs {
+    pub fn start_mode(&self) -> StartMode {
+        if self.resume {
+            StartMode::Resume
+        } else if self.fresh {
+            StartMode::Fresh
+        } else {
+            StartMode::New
+        }
+    }
+
+    /// The configuration from file, environment, -D and flags, in rising precedence; the
+    /// given defaults apply where none of them says anything.
+    pub fn config(&self, defaults: &[(&str, &str)]) -> Result<Config, CliError> {
+        let mut config = Config::new();
+        for (k, v) in defaults {
+            config.set(k, v)?;
+        }
+        if let Some(file) = &self.config {
+            config.load_file(file)?;
+        }
+        config.load_env(std::env::vars());
+        for pair in &self.define {
+            config.set_pair(pair)?;
+        }
+        if let Some(dir) = &self.checkpoint_dir {
+            config.set("execution.checkpointing.dir", &dir.to_string_lossy())?;
+        }
+        if let Some(i) = self.checkpoint_interval {
+            config.set(
+                "execution.checkpointing.interval",
+                &format!("{}ms", i.as_millis()),
+            )?;
+        }
+        if let Some(p) = self.parallelism {
+            if p == 0 {
+                return Err(CliError::usage("--parallelism must be at least 1"));
+            }
+            config.set("parallelism.default", &p.to_string())?;
+        }
+        CheckpointConfig::from_config(&config)?;
+        Ok(config)
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// How long to run, e.g. 20s or 2min; Ctrl-C stops earlier, with a final checkpoint.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = duration_arg)]
+    pub duration: Duration,
+    /// Distinct users in the generated events (the number of keys).
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u64,
+    /// Where the output files go.
+    #[arg(long, value_name = "DIR", default_value = "./weir-data/output/demo")]
+    pub output: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// What to measure; `pipeline` is the demo job.
+    #[arg(value_parser = ["pipeline"], default_value = "pipeline")]
+    pub target: String,
+    /// How long each run lasts.
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    pub duration: Duration,
+    /// Checkpoint interval, or `off`.
+    #[arg(long, default_value = "1s", value_parser = interval_arg)]
+    pub checkpoint_interval: Option<Duration>,
+    #[arg(long, short = 'p', default_value_t = 2)]
+    pub parallelism: u32,
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u64,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CheckpointsCommand {
+    /// List the checkpoints of every job under a checkpoint directory (or of one job).
+    List {
+        /// A checkpoint directory, or one job's directory inside it.
+        dir: PathBuf,
+    },
+}
+
+pub fn duration_arg(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+fn interval_arg(text: &str) -> Result<Option<Duration>, String> {
+    if text.eq_ignore_ascii_case("off") {
+        Ok(None)
+    } else {
+        duration_arg(text).map(Some)
+    }
+}

@@ -23,9 +23,14 @@ pub struct EventGenerator {
     users: u64,
     /// Events per split; `None` is unbounded.
     limit: Option<u64>,
+    /// Events per second per subtask; `None` is as fast as possible.
+    rate: Option<u64>,
     /// (split, next position) of the splits this subtask reads.
     splits: Vec<(u32, u64)>,
     next_split: usize,
+    /// Since when, and how many events this subtask emitted, for the rate limit.
+    opened: Option<std::time::Instant>,
+    emitted: u64,
 }
 
 impl EventGenerator {
@@ -35,9 +40,18 @@ impl EventGenerator {
             seed,
             users: users.max(1),
             limit: None,
+            rate: None,
             splits: Vec::new(),
             next_split: 0,
+            opened: None,
+            emitted: 0,
         }
+    }
+
+    /// Emits at most `events_per_second` per subtask.
+    pub fn with_rate(mut self, events_per_second: u64) -> EventGenerator {
+        self.rate = Some(events_per_second.max(1));
+        self
     }
 
     /// Stops every split after `events` events: a bounded source.
@@ -91,14 +105,24 @@ impl SourceFunction<Event> for EventGenerator {
                 .collect::<Result<_, _>>()?,
             None => vec![(ctx.index, 0)],
         };
+        self.opened = Some(std::time::Instant::now());
+        self.emitted = 0;
         Ok(())
     }
 
     fn poll_batch(
         &mut self,
         batch: &mut Vec<Event>,
-        max: usize,
+        mut max: usize,
     ) -> Result<SourceStatus, TaskError> {
+        if let (Some(rate), Some(opened)) = (self.rate, self.opened) {
+            let allowed = (opened.elapsed().as_secs_f64() * rate as f64) as u64;
+            let budget = allowed.saturating_sub(self.emitted);
+            if budget == 0 {
+                return Ok(SourceStatus::Idle);
+            }
+            max = max.min(budget as usize);
+        }
         let n = self.splits.len();
         for k in 0..n {
             let i = (self.next_split + k) % n;
@@ -110,6 +134,7 @@ impl SourceFunction<Event> for EventGenerator {
             };
             batch.extend((position..end).map(|p| self.event(split, p)));
             self.splits[i].1 = end;
+            self.emitted += end - position;
             self.next_split = (i + 1) % n;
             return Ok(SourceStatus::Emitted);
         }

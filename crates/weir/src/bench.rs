@@ -29,7 +29,8 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         )?;
     }
     let exec = execution_config(&config, StartMode::Fresh)?;
-    let graph = demo_graph(&config, args.users, &scratch.join("output"))?;
+    let generator = weir_connectors::EventGenerator::new(crate::demo::SEED, args.users);
+    let graph = demo_graph(&config, generator, &scratch.join("output"))?;
     let stop = StopHandle::new();
     let timer = stop.clone();
     let duration = args.duration;

@@ -129,6 +129,13 @@ pub struct DemoArgs {
     /// Where the output files go.
     #[arg(long, value_name = "DIR", default_value = "./weir-data/output/demo")]
     pub output: PathBuf,
+    /// Make the sources bounded: each source subtask stops after N events, and the job ends
+    /// with a final checkpoint once all are processed.
+    #[arg(long, value_name = "N")]
+    pub events: Option<u64>,
+    /// Limit each source subtask to N events per second.
+    #[arg(long, value_name = "N")]
+    pub rate: Option<u64>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -46,10 +46,10 @@ impl KeyedProcessFunction<u64, Event, (u64, u64)> for SpendMilestones {
     }
 }
 
-/// The demo job's graph.
+/// The demo job's graph over `generator`'s events.
 pub fn demo_graph(
     config: &Config,
-    users: u64,
+    generator: EventGenerator,
     output: &std::path::Path,
 ) -> Result<JobGraph, JobError> {
     let env =
@@ -57,7 +57,7 @@ pub fn demo_graph(
     let format = Arc::new(|(user, total): &(u64, u64), line: &mut Vec<u8>| {
         let _ = write!(line, "{user}\t{total}");
     });
-    env.source("events", EventGenerator::new(SEED, users))
+    env.source("events", generator)
         .key_by(|e: &Event| e.user)
         .process("spend-per-user", SpendMilestones)
         .sink("milestones", FileSink::new(output, format));
@@ -86,7 +86,14 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         ("execution.checkpointing.interval", "1s"),
     ])?;
     let exec = execution_config(&config, args.job.start_mode())?;
-    let graph = demo_graph(&config, args.users, &args.output)?;
+    let mut generator = EventGenerator::new(SEED, args.users);
+    if let Some(n) = args.events {
+        generator = generator.with_limit(n);
+    }
+    if let Some(r) = args.rate {
+        generator = generator.with_rate(r);
+    }
+    let graph = demo_graph(&config, generator, &args.output)?;
 
     let stop = StopHandle::new();
     let on_interrupt = stop.clone();
@@ -104,7 +111,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         timer.stop();
     });
 
-    eprintln!(
+    println!(
         "Weir demo: {} users, parallelism {}, checkpoints every {} to {}",
         args.users,
         graph.nodes[0].parallelism,

@@ -1,0 +1,118 @@
+//! Bad input gets one clear line on stderr and exit status 2 — never a panic.
+
+use crate::common::{run_in, text};
+
+fn assert_refused(args: &[&str], expect: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a-file"), "not a directory").unwrap();
+    let out = run_in(dir.path(), args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?} → {stderr}");
+    assert!(
+        stderr.contains(expect),
+        "{args:?}: expected '{expect}' in: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    assert!(
+        !dir.path().join("weir-data/checkpoints/demo").exists()
+            || std::fs::read_dir(dir.path().join("weir-data/checkpoints/demo"))
+                .unwrap()
+                .count()
+                == 0,
+        "{args:?} wrote checkpoints"
+    );
+}
+
+#[test]
+fn an_unknown_flag_is_refused_with_exit_status_2() {
+    assert_refused(&["demo", "--bogus"], "--bogus");
+}
+
+#[test]
+fn a_malformed_duration_is_refused_with_exit_status_2() {
+    assert_refused(&["demo", "--duration", "10 parsecs"], "duration");
+    assert_refused(&["demo", "--checkpoint-interval=-1s"], "negative");
+    assert_refused(&["demo", "--duration", "0s"], "greater than zero");
+}
+
+#[test]
+fn a_checkpoint_path_that_is_a_file_is_refused_with_exit_status_2() {
+    assert_refused(
+        &["demo", "--duration", "1s", "--checkpoint-dir", "a-file"],
+        "not a directory",
+    );
+}
+
+#[test]
+fn an_unwritable_checkpoint_path_is_refused_with_exit_status_2() {
+    assert_refused(
+        &[
+            "demo",
+            "--duration",
+            "1s",
+            "--checkpoint-dir",
+            "a-file/below",
+        ],
+        "not writable",
+    );
+    assert_refused(
+        &["demo", "--duration", "1s", "--checkpoint-dir", "/proc/weir"],
+        "not writable",
+    );
+}
+
+#[test]
+fn unknown_options_and_invalid_values_are_refused_with_exit_status_2() {
+    assert_refused(
+        &["demo", "-D", "execution.checkpointing.intervall=1s"],
+        "unknown option",
+    );
+    assert_refused(
+        &["demo", "-D", "execution.checkpointing.interval=0ms"],
+        "execution.checkpointing.interval",
+    );
+    assert_refused(
+        &["demo", "-D", "execution.checkpointing.num-retained=none"],
+        "num-retained",
+    );
+    assert_refused(&["demo", "--parallelism", "0"], "parallelism");
+}
+
+#[test]
+fn a_duplicate_operator_uid_is_refused_with_exit_status_2() {
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("duplicate_uid");
+    if !example.exists() {
+        // `cargo test` builds examples, but not when only this test target was selected.
+        let built = std::process::Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "weir",
+                "--example",
+                "duplicate_uid",
+            ])
+            .status()
+            .unwrap();
+        assert!(built.success());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(&example)
+        .current_dir(dir.path())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", example.display()));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("duplicate operator uid 'totals'"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}

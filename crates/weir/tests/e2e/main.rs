@@ -1,0 +1,6 @@
+//! End-to-end tests of the `weir` binary: real processes, real files, real SIGKILLs.
+
+mod bad_input;
+mod common;
+mod demo;
+mod kill_and_resume;

@@ -18,6 +18,14 @@
 //! - An id that does not ascend fails the job: it means a second coordinator or a counter
 //!   seeded wrongly, and going on could overwrite a retained checkpoint's directory. The
 //!   restart re-seeds the counter from storage.
+//! - Min-pause runs from the moment the metadata of the last completed checkpoint *or
+//!   savepoint* became durable (as Flink does); savepoints themselves ignore it.
+//! - A savepoint's completion subsumes nothing (it is not in the store, so older pending
+//!   checkpoints keep their value for recovery), and savepoint failures never count against
+//!   the failure budget: they are reported to whoever asked.
+//! - A duplicate acknowledgement, or one for a checkpoint that completed, is ignored rather
+//!   than discarded: it may name the very files the checkpoint recorded.
+//! - A repeated `TriggerRequest` id that is still queued, allocating or pending is ignored.
 
 mod completion;
 mod triggering;
@@ -275,6 +283,12 @@ impl CheckpointCoordinator {
 
     pub fn is_shut_down(&self) -> bool {
         self.shut_down
+    }
+
+    /// The last status a subtask reported; `None` before its first report or if unknown.
+    fn status_of(&self, subtask: &SubtaskId) -> Option<TaskStatus> {
+        let index = *self.subtask_index.get(subtask)?;
+        self.subtask_status.get(index).copied().flatten()
     }
 
     /// Pending checkpoints that count against max-concurrent-checkpoints (not savepoints).

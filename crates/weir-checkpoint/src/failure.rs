@@ -40,11 +40,10 @@ impl FailureBudget {
         self.last_success = self.last_success.max(Some(id));
     }
 
-    /// The job runs (again): a fresh budget.
+    /// The job runs (again). The count carries over a restart that had other causes (as in
+    /// Flink); only a verdict starts a fresh budget, and that happened when it was given.
     pub(crate) fn on_job_running(&mut self) {
         self.verdict_given = false;
-        self.consecutive = 0;
-        self.counted.clear();
     }
 
     /// Counts a failure; returns the reason to fail the job with when the budget is exceeded.
@@ -144,6 +143,19 @@ mod tests {
         b.on_job_running();
         assert!(b
             .on_failure(CheckpointId(3), CP, &AbortReason::Expired, 1)
+            .is_some());
+    }
+
+    #[test]
+    fn the_count_carries_over_a_restart_with_other_causes() {
+        let mut b = FailureBudget::new(1);
+        assert_eq!(
+            b.on_failure(CheckpointId(1), CP, &AbortReason::Expired, 1),
+            None
+        );
+        b.on_job_running();
+        assert!(b
+            .on_failure(CheckpointId(2), CP, &AbortReason::Expired, 1)
             .is_some());
     }
 }

@@ -63,7 +63,7 @@ pub mod counter;
 pub mod events;
 mod failure;
 pub mod pending;
-pub mod queue;
+mod queue;
 pub mod stats;
 pub mod store;
 pub mod summary;
@@ -76,6 +76,7 @@ pub use events::{
     PERIODIC_REQUEST_BASE,
 };
 pub use pending::PendingCheckpoint;
+pub use queue::MAX_QUEUED_TRIGGERS;
 pub use stats::{
     CheckpointCounts, CheckpointStats, CheckpointStatsEntry, CheckpointStatus,
     CompletedCheckpointSummary, LatestCheckpoints, RestoredCheckpointStats, SubtaskAckStats,

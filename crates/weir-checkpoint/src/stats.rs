@@ -358,4 +358,13 @@ mod tests {
             Some(CheckpointId(1))
         );
     }
+
+    #[test]
+    fn every_stats_type_serialises_for_the_rest_layer() {
+        fn serialisable<T: Serialize>() {}
+        serialisable::<CheckpointStats>();
+        serialisable::<CheckpointStatsEntry>();
+        serialisable::<LatestCheckpoints>();
+        serialisable::<CompletedCheckpointSummary>();
+    }
 }

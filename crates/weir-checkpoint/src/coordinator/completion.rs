@@ -6,17 +6,12 @@
 //! retained are never listed.
 
 use super::{CheckpointCoordinator, Finished};
-use crate::events::{AbortReason, AckMetrics, Action, TaskStatus};
+use crate::events::{AbortReason, AckMetrics, Action};
 use crate::pending::{AckOutcome, PendingCheckpoint};
 use std::collections::{BTreeSet, HashSet};
 use weir_core::{CheckpointId, CheckpointKind, JobId, StateHandle, SubtaskId, SubtaskState};
 
 impl CheckpointCoordinator {
-    pub(super) fn status_of(&self, subtask: &SubtaskId) -> Option<TaskStatus> {
-        let index = *self.subtask_index.get(subtask)?;
-        self.subtask_status.get(index).copied().flatten()
-    }
-
     /// The per-acknowledgement hot path: two hash/tree look-ups, a binary search in the stats
     /// history, no scan over subtasks and no allocation beyond keeping `state`.
     #[allow(clippy::too_many_arguments)]

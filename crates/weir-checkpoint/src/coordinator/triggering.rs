@@ -38,13 +38,13 @@ impl CheckpointCoordinator {
         if let (Some(due), Some(interval)) = (self.next_periodic_ms, self.config.interval) {
             if now_ms >= due {
                 self.next_periodic_ms = Some(now_ms.saturating_add(super::duration_ms(interval)));
-                self.enqueue_periodic(now_ms, out);
+                self.enqueue_periodic(out);
             }
         }
         self.serve_queue(now_ms, out);
     }
 
-    fn enqueue_periodic(&mut self, _now_ms: u64, out: &mut Vec<Action>) {
+    fn enqueue_periodic(&mut self, out: &mut Vec<Action>) {
         // One periodic trigger waiting is enough: a second would only fire right behind it.
         let allocating_periodic = self.allocating.is_some_and(|t| t.is_periodic());
         if allocating_periodic || self.queue.has_periodic() {

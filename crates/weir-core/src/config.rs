@@ -2,8 +2,10 @@
 //!
 //! A Flink user finds the same keys: `execution.checkpointing.interval`, `.timeout`,
 //! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
-//! `.num-retained`, `.dir`, `pipeline.max-parallelism`, … Unknown keys and malformed values are
-//! errors that name the key, never silently ignored.
+//! `.num-retained`, `.dir`, `.incremental`, `pipeline.max-parallelism`, and for `s3://`
+//! checkpoint directories `s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
+//! `s3.path.style.access` (as Flink's S3 file systems name them) and `s3.allow-http`. Unknown
+//! keys and malformed values are errors that name the key, never silently ignored.
 //!
 //! ```
 //! use weir_core::config::{CheckpointConfig, Config};
@@ -51,6 +53,41 @@ pub const OPTIONS: &[(&str, &str)] = &[
     ("execution.checkpointing.dir", "./weir-data/checkpoints"),
     ("execution.checkpointing.incremental", "true"),
     ("web.checkpoints.history", "10"),
+    ("s3.endpoint", "(AWS; e.g. http://127.0.0.1:9000 for an S3-compatible server)"),
+    ("s3.region", "us-east-1"),
+    ("s3.access-key", "(AWS_ACCESS_KEY_ID)"),
+    ("s3.secret-key", "(AWS_SECRET_ACCESS_KEY)"),
+    ("s3.path.style.access", "false"),
+    ("s3.allow-http", "(true when s3.endpoint starts with http://)"),
+    (
+        "restart-strategy.type",
+        "exponential-delay (none without checkpointing)",
+    ),
+    ("restart-strategy.fixed-delay.attempts", "1"),
+    ("restart-strategy.fixed-delay.delay", "1 s"),
+    (
+        "restart-strategy.failure-rate.max-failures-per-interval",
+        "1",
+    ),
+    (
+        "restart-strategy.failure-rate.failure-rate-interval",
+        "1 min",
+    ),
+    ("restart-strategy.failure-rate.delay", "1 s"),
+    ("restart-strategy.exponential-delay.initial-backoff", "1 s"),
+    ("restart-strategy.exponential-delay.max-backoff", "1 min"),
+    (
+        "restart-strategy.exponential-delay.backoff-multiplier",
+        "1.5",
+    ),
+    (
+        "restart-strategy.exponential-delay.reset-backoff-threshold",
+        "1 h",
+    ),
+    (
+        "restart-strategy.exponential-delay.attempts-before-reset-backoff",
+        "(unlimited)",
+    ),
 ];
 
 /// A flat map of option keys to string values, validated on the way in.
@@ -216,6 +253,55 @@ pub struct CheckpointConfig {
     pub incremental: bool,
     /// Completed/failed checkpoints remembered by the stats tracker.
     pub history_size: u32,
+    /// How to reach an `s3://` checkpoint directory.
+    pub s3: S3Options,
+}
+
+/// The `s3.*` options: how to reach S3 or an S3-compatible server for `s3://` checkpoint
+/// directories. Unset credentials and region fall back to the usual `AWS_*` environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct S3Options {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+    /// Path-style requests (`endpoint/bucket/key`) instead of virtual-hosted style.
+    pub path_style_access: bool,
+    /// `None`: allowed when the endpoint is `http://`.
+    pub allow_http: Option<bool>,
+}
+
+impl S3Options {
+    /// Reads and validates the `s3.*` options.
+    pub fn from_config(config: &Config) -> Result<S3Options, ConfigError> {
+        let text = |key: &str| config.get(key).filter(|v| !v.is_empty()).map(str::to_string);
+        let endpoint = text("s3.endpoint");
+        if let Some(e) = &endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(invalid(
+                    "s3.endpoint",
+                    e,
+                    "expected a URL starting with http:// or https://".into(),
+                ));
+            }
+        }
+        Ok(S3Options {
+            endpoint,
+            region: text("s3.region"),
+            access_key: text("s3.access-key"),
+            secret_key: text("s3.secret-key"),
+            path_style_access: config.get_bool("s3.path.style.access")?.unwrap_or(false),
+            allow_http: config.get_bool("s3.allow-http")?,
+        })
+    }
+
+    /// The `s3.*` options from `WEIR_S3_*` environment variables alone (for tools that take
+    /// no configuration file).
+    pub fn from_env() -> Result<S3Options, ConfigError> {
+        let mut config = Config::new();
+        config.load_env(std::env::vars());
+        S3Options::from_config(&config)
+    }
 }
 
 impl Default for CheckpointConfig {
@@ -231,6 +317,7 @@ impl Default for CheckpointConfig {
             dir: PathBuf::from("./weir-data/checkpoints"),
             incremental: true,
             history_size: 10,
+            s3: S3Options::default(),
         }
     }
 }
@@ -282,6 +369,7 @@ impl CheckpointConfig {
             history_size: config
                 .get_u32("web.checkpoints.history")?
                 .unwrap_or(d.history_size),
+            s3: S3Options::from_config(config)?,
         };
         c.validate()?;
         Ok(c)

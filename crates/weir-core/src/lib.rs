@@ -14,7 +14,7 @@ pub mod key_group;
 pub mod state_handle;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{CheckpointingMode, Config, ConfigError};
+pub use config::{CheckpointingMode, Config, ConfigError, S3Options};
 pub use element::{Barrier, CheckpointKind, Element};
 pub use ids::{CheckpointId, JobId, OperatorId, SubtaskId};
 pub use key_group::KeyGroupRange;

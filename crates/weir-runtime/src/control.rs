@@ -24,21 +24,32 @@ pub enum TaskControl {
 
 /// A message to the checkpoint coordinator's driver.
 #[derive(Debug)]
+///
+/// Messages from subtasks and snapshot workers carry the attempt of the job they belong to;
+/// the driver ignores those of an earlier attempt.
 pub enum CoordinatorMessage {
     Ack {
+        attempt: u32,
         subtask: SubtaskId,
         checkpoint: CheckpointId,
         state: SubtaskState,
         metrics: AckMetrics,
     },
     Decline {
+        attempt: u32,
         subtask: SubtaskId,
         checkpoint: CheckpointId,
         reason: String,
     },
     TaskStatus {
+        attempt: u32,
         subtask: SubtaskId,
         status: TaskStatus,
+    },
+    /// A new attempt of the job is deployed: its subtasks' control channels.
+    NewAttempt {
+        attempt: u32,
+        controls: std::collections::HashMap<SubtaskId, crossbeam_channel::Sender<TaskControl>>,
     },
     JobStatus(JobStatus),
     /// Take a checkpoint or savepoint now.
@@ -64,7 +75,17 @@ pub enum JobEvent {
     TaskFailed {
         subtask: SubtaskId,
         error: String,
+        /// False for errors a restart cannot fix (bad input): the job fails at once.
+        recoverable: bool,
     },
+    /// After a restart: the first record of the new attempt was processed.
+    FirstRecordProcessed {
+        attempt: u32,
+    },
+    /// The final checkpoint of a stopping job was triggered.
+    FinalCheckpointTriggered(CheckpointId),
+    /// No final checkpoint could be triggered for a stopping job.
+    FinalCheckpointFailed(String),
     CheckpointCompleted {
         id: CheckpointId,
         duration_ms: u64,

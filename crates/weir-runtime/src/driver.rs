@@ -38,6 +38,8 @@ struct Driver {
     controls: HashMap<SubtaskId, Sender<TaskControl>>,
     events: Sender<JobEvent>,
     stopping: bool,
+    /// The current attempt; messages of earlier attempts are ignored.
+    attempt: u32,
     next_request: RequestId,
     /// Duration and size of checkpoints whose metadata was written, for the completion event.
     written: HashMap<CheckpointId, (u64, u64)>,
@@ -64,6 +66,7 @@ pub fn spawn_driver(
         controls,
         events,
         stopping: false,
+        attempt: 0,
         next_request: 1,
         written: HashMap::new(),
     };
@@ -114,8 +117,25 @@ impl Driver {
 
     fn translate(&mut self, message: CoordinatorMessage) -> Translated {
         let job = self.setup.job;
+        let stale = match &message {
+            CoordinatorMessage::Ack { attempt, .. }
+            | CoordinatorMessage::Decline { attempt, .. }
+            | CoordinatorMessage::TaskStatus { attempt, .. } => *attempt != self.attempt,
+            _ => false,
+        };
+        if stale {
+            tracing::debug!(?message, "ignoring a message of an earlier attempt");
+            return Translated::Nothing;
+        }
         Translated::Event(match message {
+            CoordinatorMessage::NewAttempt { attempt, controls } => {
+                self.attempt = attempt;
+                self.controls = controls;
+                self.stopping = false;
+                return Translated::Nothing;
+            }
             CoordinatorMessage::Ack {
+                attempt: _,
                 subtask,
                 checkpoint,
                 state,
@@ -128,6 +148,7 @@ impl Driver {
                 metrics,
             },
             CoordinatorMessage::Decline {
+                attempt: _,
                 subtask,
                 checkpoint,
                 reason,
@@ -137,9 +158,11 @@ impl Driver {
                 checkpoint,
                 reason,
             },
-            CoordinatorMessage::TaskStatus { subtask, status } => {
-                Event::SubtaskStatus { subtask, status }
-            }
+            CoordinatorMessage::TaskStatus {
+                attempt: _,
+                subtask,
+                status,
+            } => Event::SubtaskStatus { subtask, status },
             CoordinatorMessage::JobStatus(status) => Event::JobStatusChanged(status),
             CoordinatorMessage::Trigger { kind } => {
                 let request = self.next_request;
@@ -196,6 +219,11 @@ impl Driver {
                 tracing::debug!(%checkpoint, finish, "triggering checkpoint");
                 for s in sources {
                     self.send(s, TaskControl::Trigger { barrier, finish });
+                }
+                if finish {
+                    let _ = self
+                        .events
+                        .send(JobEvent::FinalCheckpointTriggered(checkpoint));
                 }
                 None
             }
@@ -291,6 +319,7 @@ impl Driver {
                     // No final checkpoint is possible (e.g. a source already finished): let the
                     // sources end without one; the job's last completed checkpoint stands.
                     tracing::warn!(%reason, "no final checkpoint on stop");
+                    let _ = self.events.send(JobEvent::FinalCheckpointFailed(reason));
                     for s in self.setup.sources.clone() {
                         self.send(s, TaskControl::Finish);
                     }

@@ -21,6 +21,12 @@ pub enum TaskError {
     /// A downstream subtask went away (it failed or the job is being cancelled).
     #[error("a downstream channel closed")]
     ChannelClosed,
+    /// A failure injected for testing (`WEIR_INJECT_FAILURES`).
+    #[error("injected failure")]
+    Injected,
+    /// Input no restart can fix (for example, malformed records): the job fails at once.
+    #[error("{0}")]
+    BadInput(String),
 }
 
 impl TaskError {
@@ -46,6 +52,8 @@ pub enum JobError {
     },
     #[error("job failed: {0}")]
     Failed(String),
+    #[error("bad input: {0}")]
+    BadInput(String),
 }
 
 impl JobError {
@@ -53,7 +61,7 @@ impl JobError {
     /// definition, a path, a refused restore), 1 when the job failed while running.
     pub fn exit_code(&self) -> u8 {
         match self {
-            JobError::InvalidJob(_) | JobError::Restore(_) => 2,
+            JobError::InvalidJob(_) | JobError::Restore(_) | JobError::BadInput(_) => 2,
             JobError::Storage(StorageError::NotWritable { .. })
             | JobError::Storage(StorageError::NotADirectory(_)) => 2,
             _ => 1,

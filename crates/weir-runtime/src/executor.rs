@@ -19,8 +19,10 @@ use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::driver::{spawn_driver, DriverSetup};
 use crate::error::{JobError, TaskError};
 use crate::graph::{Erased, JobGraph, NodeRole};
+use crate::injection::FailureInjection;
 use crate::metrics::SubtaskMetrics;
 use crate::operator::{OperatorContext, RestoredState};
+use crate::restart::{RestartDecision, RestartStrategy, RestartTracker};
 use crate::restore::{check_compatible, start_point, subtask_state, StartMode};
 use crate::snapshot::SnapshotWorkers;
 use crate::task::TaskRuntime;
@@ -37,6 +39,8 @@ pub struct ExecutionConfig {
     /// The longest a record waits in a partly filled batch.
     pub buffer_timeout: Duration,
     pub snapshot_threads: usize,
+    pub restart: RestartStrategy,
+    pub failure_injection: Option<FailureInjection>,
 }
 
 impl Default for ExecutionConfig {
@@ -48,6 +52,8 @@ impl Default for ExecutionConfig {
             channel_capacity: 8,
             buffer_timeout: Duration::from_millis(100),
             snapshot_threads: 2,
+            restart: RestartStrategy::None,
+            failure_injection: None,
         }
     }
 }
@@ -99,12 +105,18 @@ pub struct JobSummary {
     pub checkpoints_failed: u64,
     pub last_checkpoint: Option<LastCheckpoint>,
     pub restored_from: Option<CheckpointId>,
+    /// Restarts after failures.
+    pub restarts: u32,
+    /// Per restart: milliseconds from the failure to the first record processed after it.
+    pub recovery_ms: Vec<u64>,
     /// Completed checkpoints left in storage, oldest first.
     pub retained: Vec<CheckpointId>,
     pub stats: CheckpointStats,
 }
 
 struct Deployed {
+    attempt: u32,
+    uids: HashMap<SubtaskId, String>,
     threads: Vec<(SubtaskId, JoinHandle<()>)>,
     controls: HashMap<SubtaskId, Sender<TaskControl>>,
     source_metrics: Vec<Arc<SubtaskMetrics>>,
@@ -112,7 +124,9 @@ struct Deployed {
     all: Vec<SubtaskId>,
 }
 
-/// Runs `graph` to completion (bounded input, or a stop request) in this process.
+/// Runs `graph` to completion (bounded input, or a stop request) in this process. A failing
+/// subtask fails the current attempt: every subtask is cancelled and, as the restart strategy
+/// allows, the job is redeployed from its latest completed checkpoint.
 pub fn execute(
     graph: &JobGraph,
     config: &ExecutionConfig,
@@ -141,27 +155,20 @@ pub fn execute(
         storage.clone(),
         coordinator_tx.clone(),
     );
-    let deployed = deploy(
-        graph,
-        config,
-        &storage,
-        start.latest.as_ref(),
-        &coordinator_tx,
-        &events_tx,
-        &workers,
-    )?;
 
     let job = JobId::from_name(&graph.name);
+    let (sources, all) = subtask_ids(graph);
     let mut coordinator = CheckpointCoordinator::new(
         job,
         config.checkpoint.clone(),
         JobVertices {
-            sources: deployed.sources.clone(),
-            all: deployed.all.clone(),
+            sources: sources.clone(),
+            all,
         },
     );
     let mut retained: Vec<_> = start.older.into_iter().map(|m| m.checkpoint).collect();
-    retained.extend(start.latest.map(|m| m.checkpoint));
+    let mut restore_from = start.latest;
+    retained.extend(restore_from.as_ref().map(|m| m.checkpoint.clone()));
     if !retained.is_empty() {
         // Restoring may evict checkpoints beyond num-retained (e.g. after lowering it).
         for action in coordinator.restore(retained, clock.now_ms()) {
@@ -191,137 +198,349 @@ pub fn execute(
                     parallelism: n.parallelism,
                 })
                 .collect(),
-            sources: deployed.sources.clone(),
+            sources,
             checkpoint_timeout: config.checkpoint.timeout,
         },
         coordinator,
         Box::new(StandaloneCheckpointIdCounter::starting_after(max_id)),
         storage.clone(),
-        clock,
+        clock.clone(),
         coordinator_rx,
-        deployed.controls.clone(),
+        HashMap::new(),
         events_tx.clone(),
     );
-    let _ = coordinator_tx.send(CoordinatorMessage::JobStatus(JobStatus::Running));
-    drop(events_tx);
 
-    let (result, mut summary_parts) =
-        supervise(&deployed, &events_rx, &coordinator_tx, stop, progress);
-
-    // Teardown. On success the driver drains (the final checkpoint completes and its
-    // notifications reach the sinks) before the subtasks are shut down.
-    let drain = result.is_ok();
-    if !drain {
-        for tx in deployed.controls.values() {
-            let _ = tx.send(TaskControl::Cancel);
+    let mut restarts = RestartTracker::new(config.restart.clone());
+    let mut watch = Watch::new();
+    let mut recovery: Option<(Instant, u32)> = None;
+    let mut attempt = 0;
+    let result = loop {
+        let deployed = match deploy(
+            graph,
+            config,
+            &storage,
+            restore_from.as_ref(),
+            attempt,
+            &coordinator_tx,
+            &events_tx,
+            &workers,
+        ) {
+            Ok(d) => d,
+            Err(e) => break Err(e),
+        };
+        let _ = coordinator_tx.send(CoordinatorMessage::JobStatus(JobStatus::Running));
+        let outcome = watch.attempt(
+            &deployed,
+            &events_rx,
+            &coordinator_tx,
+            stop,
+            progress,
+            &mut recovery,
+        );
+        let failure = match outcome {
+            Outcome::Finished => {
+                // The final checkpoint completed (or the user's stop took none): let the
+                // subtasks take their completion notices, then shut them down.
+                shut_down(deployed, TaskControl::Shutdown);
+                match late_failure(&events_rx, &mut watch) {
+                    None => break Ok(()),
+                    Some(failure) => failure,
+                }
+            }
+            Outcome::Failed(failure) => {
+                let _ = coordinator_tx.send(CoordinatorMessage::JobStatus(JobStatus::Restarting));
+                shut_down(deployed, TaskControl::Cancel);
+                failure
+            }
+        };
+        // Events of the cancelled attempt are stale now; keep only the checkpoint counts.
+        for event in events_rx.try_iter() {
+            count_checkpoint(&mut watch.progress, event);
         }
-    }
+        if !failure.recoverable {
+            break Err(failure.cause);
+        }
+        let delay = match restarts.on_failure(clock.now_ms()) {
+            RestartDecision::GiveUp => {
+                tracing::error!(cause = %failure.cause, "the restart strategy gave up");
+                break Err(failure.cause);
+            }
+            RestartDecision::RestartAfter(delay) => delay,
+        };
+        if !sleep_unless_stopped(delay, stop) {
+            tracing::warn!("stopped while waiting to restart; the latest checkpoint stands");
+            break Ok(());
+        }
+        restore_from = match storage.find_latest() {
+            Ok(latest) => latest.metadata,
+            Err(e) => break Err(e.into()),
+        };
+        attempt += 1;
+        tracing::warn!(
+            attempt,
+            checkpoint = restore_from.as_ref().map(|m| m.checkpoint.id.0),
+            delay_ms = delay.as_millis() as u64,
+            cause = %failure.cause,
+            "restarting the job from its latest checkpoint"
+        );
+        recovery = Some((failure.at, attempt));
+    };
+
+    let drain = result.is_ok();
     let _ = coordinator_tx.send(CoordinatorMessage::Shutdown { drain });
     let stats = driver.join();
-    for tx in deployed.controls.values() {
-        let _ = tx.send(TaskControl::Shutdown);
-    }
-    for (_, t) in deployed.threads {
-        let _ = t.join();
-    }
     drop(coordinator_tx);
     workers.join();
-    // The final checkpoint completes while the driver drains: count it too.
     for event in events_rx.try_iter() {
-        count_checkpoint(&mut summary_parts, event);
+        count_checkpoint(&mut watch.progress, event);
     }
     result?;
     let stats =
         stats.map_err(|_| JobError::Failed("the checkpoint coordinator panicked".into()))?;
+    let p = watch.progress;
     Ok(JobSummary {
         job_name: graph.name.clone(),
-        elapsed: summary_parts.elapsed,
-        records: summary_parts.records,
-        checkpoints_completed: summary_parts.checkpoints_completed,
-        checkpoints_failed: summary_parts.checkpoints_failed,
-        last_checkpoint: summary_parts.last_checkpoint,
+        elapsed: watch.started.elapsed(),
+        records: p.records,
+        checkpoints_completed: p.checkpoints_completed,
+        checkpoints_failed: p.checkpoints_failed,
+        last_checkpoint: p.last_checkpoint,
         restored_from,
+        restarts: restarts.restarts(),
+        recovery_ms: watch.recovery_ms,
         retained: storage.list_completed()?,
         stats,
     })
 }
 
-/// Watches the job until it finishes or fails, reporting progress.
-fn supervise(
-    deployed: &Deployed,
-    events: &Receiver<JobEvent>,
-    coordinator: &Sender<CoordinatorMessage>,
-    stop: &StopHandle,
-    progress: &mut dyn FnMut(&JobProgress),
-) -> (Result<(), JobError>, JobProgress) {
-    let started = Instant::now();
-    let mut p = JobProgress {
-        elapsed: Duration::ZERO,
-        records: 0,
-        records_per_second: 0.0,
-        checkpoints_completed: 0,
-        checkpoints_failed: 0,
-        last_checkpoint: None,
-    };
-    let (mut exhausted, mut finished, mut stop_sent) = (0, 0, false);
-    let mut last_report = (Instant::now(), 0u64);
-    let total = deployed.all.len();
-    let result = loop {
-        match events.recv_timeout(Duration::from_millis(100)) {
-            Ok(JobEvent::SourceExhausted(_)) => {
-                exhausted += 1;
-                if exhausted == deployed.sources.len() && !stop_sent {
-                    stop_sent = true;
-                    let _ = coordinator.send(CoordinatorMessage::StopWithCheckpoint);
+/// Why an attempt ended badly.
+struct Failure {
+    cause: JobError,
+    recoverable: bool,
+    at: Instant,
+}
+
+enum Outcome {
+    Finished,
+    Failed(Failure),
+}
+
+/// Why the sources are being stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    /// Bounded sources ran out: the final checkpoint must complete, or the attempt failed.
+    EndOfInput,
+    /// Someone asked the job to stop: without a final checkpoint the last one stands.
+    Requested,
+}
+
+/// Watches attempts of a job and keeps its progress across them.
+struct Watch {
+    started: Instant,
+    progress: JobProgress,
+    /// Records emitted by the sources of earlier attempts.
+    records_before: u64,
+    recovery_ms: Vec<u64>,
+}
+
+impl Watch {
+    fn new() -> Watch {
+        Watch {
+            started: Instant::now(),
+            progress: JobProgress {
+                elapsed: Duration::ZERO,
+                records: 0,
+                records_per_second: 0.0,
+                checkpoints_completed: 0,
+                checkpoints_failed: 0,
+                last_checkpoint: None,
+            },
+            records_before: 0,
+            recovery_ms: Vec::new(),
+        }
+    }
+
+    /// Watches one attempt until it finishes or fails, reporting progress.
+    fn attempt(
+        &mut self,
+        deployed: &Deployed,
+        events: &Receiver<JobEvent>,
+        coordinator: &Sender<CoordinatorMessage>,
+        stop: &StopHandle,
+        progress: &mut dyn FnMut(&JobProgress),
+        recovery: &mut Option<(Instant, u32)>,
+    ) -> Outcome {
+        let (mut exhausted, mut finished) = (0, 0);
+        let mut stopping: Option<StopReason> = None;
+        let mut final_checkpoint: Option<CheckpointId> = None;
+        let mut final_outcome: Option<Result<(), String>> = None;
+        let mut last_report = (Instant::now(), self.progress.records);
+        let total = deployed.all.len();
+        let failed = |cause: JobError, recoverable: bool| {
+            Outcome::Failed(Failure {
+                cause,
+                recoverable,
+                at: Instant::now(),
+            })
+        };
+        let outcome = loop {
+            match events.recv_timeout(Duration::from_millis(100)) {
+                Ok(JobEvent::SourceExhausted(_)) => {
+                    exhausted += 1;
+                    if exhausted == deployed.sources.len() && stopping.is_none() {
+                        stopping = Some(StopReason::EndOfInput);
+                        let _ = coordinator.send(CoordinatorMessage::StopWithCheckpoint);
+                    }
                 }
-            }
-            Ok(JobEvent::TaskFinished(_)) => {
-                finished += 1;
-                if finished == total {
-                    break Ok(());
-                }
-            }
-            Ok(JobEvent::TaskFailed { subtask, error }) => {
-                let uid = deployed_uid(deployed, subtask);
-                break Err(JobError::TaskFailed {
-                    uid,
-                    subtask: subtask.index,
+                Ok(JobEvent::TaskFinished(_)) => finished += 1,
+                Ok(JobEvent::TaskFailed {
+                    subtask,
                     error,
-                });
+                    recoverable,
+                }) => {
+                    let cause = if recoverable {
+                        JobError::TaskFailed {
+                            uid: deployed.uid(subtask),
+                            subtask: subtask.index,
+                            error,
+                        }
+                    } else {
+                        JobError::BadInput(format!(
+                            "'{}' subtask {}: {error}",
+                            deployed.uid(subtask),
+                            subtask.index
+                        ))
+                    };
+                    tracing::warn!(%cause, "attempt {} failed", deployed.attempt);
+                    break failed(cause, recoverable);
+                }
+                Ok(JobEvent::JobFailed(reason)) => break failed(JobError::Failed(reason), true),
+                Ok(JobEvent::FinalCheckpointTriggered(id)) => final_checkpoint = Some(id),
+                Ok(JobEvent::FinalCheckpointFailed(reason)) => final_outcome = Some(Err(reason)),
+                Ok(JobEvent::FirstRecordProcessed { attempt }) => {
+                    if let Some((failed_at, a)) = *recovery {
+                        if a == attempt {
+                            let ms = failed_at.elapsed().as_millis() as u64;
+                            tracing::warn!(attempt, recovery_ms = ms, "job recovered: {ms} ms from the failure to the first record processed");
+                            self.recovery_ms.push(ms);
+                            *recovery = None;
+                        }
+                    }
+                }
+                Ok(event) => {
+                    match &event {
+                        JobEvent::CheckpointCompleted { id, .. }
+                            if Some(*id) == final_checkpoint =>
+                        {
+                            final_outcome = Some(Ok(()))
+                        }
+                        JobEvent::CheckpointAborted { id, reason }
+                            if Some(*id) == final_checkpoint =>
+                        {
+                            final_outcome = Some(Err(reason.clone()))
+                        }
+                        _ => {}
+                    }
+                    count_checkpoint(&mut self.progress, event);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    break failed(JobError::Failed("job event channel closed".into()), false)
+                }
             }
-            Ok(JobEvent::JobFailed(reason)) => break Err(JobError::Failed(reason)),
-            Ok(event @ JobEvent::CheckpointCompleted { .. }) => count_checkpoint(&mut p, event),
-            Ok(event @ JobEvent::CheckpointAborted { .. }) => count_checkpoint(&mut p, event),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
-                break Err(JobError::Failed("job event channel closed".into()))
+            if finished == total {
+                match (stopping, &final_outcome) {
+                    (_, Some(Ok(()))) | (None, _) => break Outcome::Finished,
+                    (Some(StopReason::Requested), Some(Err(reason))) => {
+                        tracing::warn!(%reason, "stopped without a final checkpoint; the latest one stands");
+                        break Outcome::Finished;
+                    }
+                    (Some(StopReason::EndOfInput), Some(Err(reason))) => {
+                        let cause =
+                            JobError::Failed(format!("the final checkpoint failed: {reason}"));
+                        break failed(cause, true);
+                    }
+                    (Some(_), None) => {} // its outcome is on the way
+                }
+            }
+            if stop.is_stopped() && stopping.is_none() {
+                stopping = Some(StopReason::Requested);
+                tracing::info!("stopping: taking a final checkpoint");
+                let _ = coordinator.send(CoordinatorMessage::StopWithCheckpoint);
+            }
+            if last_report.0.elapsed() >= Duration::from_millis(500) {
+                let p = &mut self.progress;
+                p.records = self.records_before + deployed.source_records();
+                p.records_per_second = p.records.saturating_sub(last_report.1) as f64
+                    / last_report.0.elapsed().as_secs_f64();
+                p.elapsed = self.started.elapsed();
+                last_report = (Instant::now(), p.records);
+                progress(p);
+            }
+        };
+        self.records_before += deployed.source_records();
+        self.progress.records = self.records_before;
+        self.progress.elapsed = self.started.elapsed();
+        outcome
+    }
+}
+
+/// A subtask failure reported while the attempt was shutting down (e.g. a failed commit).
+fn late_failure(events: &Receiver<JobEvent>, watch: &mut Watch) -> Option<Failure> {
+    let mut failure = None;
+    for event in events.try_iter() {
+        match event {
+            JobEvent::TaskFailed {
+                error, recoverable, ..
+            } if failure.is_none() => {
+                failure = Some(Failure {
+                    cause: JobError::Failed(error),
+                    recoverable,
+                    at: Instant::now(),
+                })
+            }
+            other => count_checkpoint(&mut watch.progress, other),
+        }
+    }
+    failure
+}
+
+/// Sends `control` (Shutdown or Cancel) to every subtask and waits for all of them.
+fn shut_down(deployed: Deployed, control: TaskControl) {
+    for tx in deployed.controls.values() {
+        let _ = tx.send(control.clone());
+    }
+    for (_, t) in deployed.threads {
+        let _ = t.join();
+    }
+}
+
+/// Sleeps `delay`, waking early (and returning false) if the job is asked to stop.
+fn sleep_unless_stopped(delay: Duration, stop: &StopHandle) -> bool {
+    let until = Instant::now() + delay;
+    while Instant::now() < until {
+        if stop.is_stopped() {
+            return false;
+        }
+        std::thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
+    }
+    !stop.is_stopped()
+}
+
+/// The subtasks of the graph: (sources, all).
+fn subtask_ids(graph: &JobGraph) -> (Vec<SubtaskId>, Vec<SubtaskId>) {
+    let mut sources = Vec::new();
+    let mut all = Vec::new();
+    for node in &graph.nodes {
+        for index in 0..node.parallelism {
+            let id = SubtaskId::new(node.id(), index);
+            all.push(id);
+            if node.role == NodeRole::Source {
+                sources.push(id);
             }
         }
-        if stop.is_stopped() && !stop_sent {
-            stop_sent = true;
-            tracing::info!("stopping: taking a final checkpoint");
-            let _ = coordinator.send(CoordinatorMessage::StopWithCheckpoint);
-        }
-        if last_report.0.elapsed() >= Duration::from_millis(500) {
-            p.records = deployed
-                .source_metrics
-                .iter()
-                .map(|m| m.records_out())
-                .sum();
-            let dt = last_report.0.elapsed().as_secs_f64();
-            p.records_per_second = (p.records - last_report.1) as f64 / dt;
-            p.elapsed = started.elapsed();
-            last_report = (Instant::now(), p.records);
-            progress(&p);
-        }
-    };
-    p.records = deployed
-        .source_metrics
-        .iter()
-        .map(|m| m.records_out())
-        .sum();
-    p.elapsed = started.elapsed();
-    (result, p)
+    }
+    (sources, all)
 }
 
 fn count_checkpoint(p: &mut JobProgress, event: JobEvent) {
@@ -343,26 +562,27 @@ fn count_checkpoint(p: &mut JobProgress, event: JobEvent) {
     }
 }
 
-fn deployed_uid(deployed: &Deployed, subtask: SubtaskId) -> String {
-    deployed
-        .threads
-        .iter()
-        .find(|(s, _)| *s == subtask)
-        .and_then(|(_, t)| {
-            t.thread()
-                .name()
-                .map(|n| n.rsplit_once('#').map_or(n, |(u, _)| u).to_string())
-        })
-        .unwrap_or_else(|| subtask.operator.to_string())
+impl Deployed {
+    fn uid(&self, subtask: SubtaskId) -> String {
+        self.uids
+            .get(&subtask)
+            .cloned()
+            .unwrap_or_else(|| subtask.operator.to_string())
+    }
+
+    fn source_records(&self) -> u64 {
+        self.source_metrics.iter().map(|m| m.records_out()).sum()
+    }
 }
 
-/// Creates every channel, writer and subtask, and starts the subtask threads.
+/// Creates every channel, writer and subtask of one attempt, and starts the subtask threads.
 #[allow(clippy::too_many_arguments)]
 fn deploy(
     graph: &JobGraph,
     config: &ExecutionConfig,
     storage: &CheckpointStorage,
     restore: Option<&weir_storage::CheckpointMetadata>,
+    attempt: u32,
     coordinator: &Sender<CoordinatorMessage>,
     events: &Sender<JobEvent>,
     workers: &SnapshotWorkers,
@@ -403,6 +623,8 @@ fn deploy(
     }
 
     let mut deployed = Deployed {
+        attempt,
+        uids: HashMap::new(),
         threads: Vec::new(),
         controls: HashMap::new(),
         source_metrics: Vec::new(),
@@ -443,6 +665,12 @@ fn deploy(
                 buffer_timeout: config.buffer_timeout,
                 mode: config.checkpoint.mode,
                 restored,
+                attempt,
+                injector: config
+                    .failure_injection
+                    .as_ref()
+                    .and_then(|f| f.for_subtask(&node.uid, index, attempt)),
+                first_record_reported: false,
                 in_flight: 0,
                 snapshot_done: crossbeam_channel::unbounded(),
             };
@@ -452,6 +680,7 @@ fn deploy(
                 JobError::InvalidJob(format!("cannot build '{}' subtask {index}: {e}", node.uid))
             })?;
             deployed.controls.insert(subtask, control_tx);
+            deployed.uids.insert(subtask, node.uid.clone());
             deployed.all.push(subtask);
             if node.role == NodeRole::Source {
                 deployed.sources.push(subtask);
@@ -460,6 +689,12 @@ fn deploy(
             bodies.push((subtask, format!("{}#{index}", node.uid), body));
         }
     }
+    // Invariant: the driver knows the new attempt before any of its subtasks can report, or it
+    // would take their first messages for stale ones.
+    let _ = coordinator.send(CoordinatorMessage::NewAttempt {
+        attempt,
+        controls: deployed.controls.clone(),
+    });
     for (subtask, name, body) in bodies {
         let events = events.clone();
         let thread = std::thread::Builder::new()
@@ -474,10 +709,12 @@ fn deploy(
                     // A closed channel after a failure elsewhere is a consequence, not a cause.
                     Err(TaskError::ChannelClosed) => {}
                     Err(e) => {
-                        tracing::error!(%subtask, error = %e, "subtask failed");
+                        let recoverable = !matches!(e, TaskError::BadInput(_));
+                        tracing::debug!(%subtask, error = %e, "subtask failed");
                         let _ = events.send(JobEvent::TaskFailed {
                             subtask,
                             error: e.to_string(),
+                            recoverable,
                         });
                     }
                 }

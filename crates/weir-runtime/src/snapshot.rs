@@ -15,6 +15,8 @@ use crate::operator::OperatorSnapshot;
 
 /// One subtask's snapshot on its way to storage.
 pub struct SnapshotJob {
+    /// The job attempt the snapshot belongs to.
+    pub attempt: u32,
     pub subtask: SubtaskId,
     pub uid: Arc<str>,
     pub checkpoint: CheckpointId,
@@ -77,9 +79,11 @@ fn work(
     for job in jobs {
         let subtask = job.subtask;
         let checkpoint = job.checkpoint;
+        let attempt = job.attempt;
         let job_done = job.done.clone();
         let message = match persist(&storage, job) {
             Ok((state, metrics)) => CoordinatorMessage::Ack {
+                attempt,
                 subtask,
                 checkpoint,
                 state,
@@ -88,6 +92,7 @@ fn work(
             Err(reason) => {
                 tracing::warn!(%checkpoint, %subtask, %reason, "declining checkpoint");
                 CoordinatorMessage::Decline {
+                    attempt,
                     subtask,
                     checkpoint,
                     reason,

@@ -34,6 +34,10 @@ pub struct TaskRuntime {
     pub buffer_timeout: Duration,
     pub mode: CheckpointingMode,
     pub restored: RestoredState,
+    /// Which attempt of the job this subtask belongs to.
+    pub attempt: u32,
+    pub injector: Option<crate::injection::FailureInjector>,
+    pub first_record_reported: bool,
     /// Snapshots handed to the workers and not yet acknowledged.
     pub in_flight: usize,
     pub snapshot_done: (Sender<CheckpointId>, Receiver<CheckpointId>),
@@ -42,6 +46,7 @@ pub struct TaskRuntime {
 impl TaskRuntime {
     fn report(&self, status: TaskStatus) {
         let _ = self.coordinator.send(CoordinatorMessage::TaskStatus {
+            attempt: self.attempt,
             subtask: self.subtask,
             status,
         });
@@ -59,6 +64,7 @@ impl TaskRuntime {
         let message = match snapshot {
             Ok(snapshot) => {
                 let job = SnapshotJob {
+                    attempt: self.attempt,
                     subtask: self.subtask,
                     uid: self.uid.clone(),
                     checkpoint: barrier.id,
@@ -76,6 +82,7 @@ impl TaskRuntime {
                 return;
             }
             Err(e) => CoordinatorMessage::Decline {
+                attempt: self.attempt,
                 subtask: self.subtask,
                 checkpoint: barrier.id,
                 reason: format!(
@@ -85,6 +92,25 @@ impl TaskRuntime {
             },
         };
         let _ = self.coordinator.send(message);
+    }
+
+    /// After every batch: the injected failure, if one is due, and the first-record report of
+    /// a restarted attempt (recovery time is measured up to it).
+    fn after_batch(&mut self) -> Result<(), TaskError> {
+        if let Some(injector) = self.injector.as_mut() {
+            if injector.roll() {
+                return Err(TaskError::Injected);
+            }
+        }
+        if !self.first_record_reported {
+            self.first_record_reported = true;
+            if self.attempt > 0 {
+                let _ = self.events.send(JobEvent::FirstRecordProcessed {
+                    attempt: self.attempt,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// After end of input: keep serving checkpoint notifications (sinks commit on them) until
@@ -133,6 +159,7 @@ where
                 rt.metrics.add_in(batch.len() as u64);
                 op.process_batch(batch, &mut out)?;
                 out.take_error()?;
+                rt.after_batch()?;
             }
             GateEvent::Watermark(w) => {
                 op.watermark(w, &mut out)?;
@@ -229,6 +256,7 @@ where
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(rt.batch_size));
                 out.emit_batch(full);
                 out.take_error()?;
+                rt.after_batch()?;
             }
             SourceStatus::Idle => {
                 out.flush()?;

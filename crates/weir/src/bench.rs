@@ -22,7 +22,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         "execution.checkpointing.dir",
         &scratch.join("checkpoints").to_string_lossy(),
     )?;
-    if let Some(i) = args.checkpoint_interval {
+    if let Some(i) = args.checkpoint_interval.0 {
         config.set(
             "execution.checkpointing.interval",
             &format!("{}ms", i.as_millis()),
@@ -46,6 +46,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
     let d = summary.stats.summary.end_to_end_duration_ms.snapshot();
     let interval = args
         .checkpoint_interval
+        .0
         .map(|i| format!("\"{}ms\"", i.as_millis()))
         .unwrap_or_else(|| "null".into());
     let size = summary.last_checkpoint.map(|c| c.size_bytes).unwrap_or(0);
@@ -65,7 +66,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             "pipeline, parallelism {}, {} users, checkpoints {}: {} records in {:.1} s = {} records/s; {} checkpoints (p50 {} ms, p99 {} ms, last {})",
             args.parallelism,
             args.users,
-            args.checkpoint_interval
+            args.checkpoint_interval.0
                 .map(|i| format!("every {:?}", i))
                 .unwrap_or_else(|| "off".into()),
             summary.records,

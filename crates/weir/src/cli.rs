@@ -26,6 +26,8 @@ pub struct Cli {
 impl Cli {
     pub fn log_level(&self) -> &'static str {
         match self.verbose {
+            // A job run logs its restarts; the demo keeps its terminal for the progress line.
+            0 if matches!(self.command, Command::Run(_)) => "info",
             0 => "warn",
             1 => "info",
             _ => "debug",
@@ -38,6 +40,9 @@ pub enum Command {
     /// Run the demo job: generated purchases → running spend per user → file sink, with
     /// checkpoints every second.
     Demo(DemoArgs),
+    /// Run a built-in job.
+    #[command(subcommand)]
+    Run(RunCommand),
     /// Measure throughput of the demo pipeline.
     Bench(BenchArgs),
     /// Look at a job's checkpoints.
@@ -138,6 +143,31 @@ pub struct DemoArgs {
     pub rate: Option<u64>,
 }
 
+#[derive(Subcommand, Debug)]
+pub enum RunCommand {
+    /// Count words exactly once: every occurrence of a word becomes a line `word<TAB>count`
+    /// (its count so far) in committed files of the output directory.
+    Wordcount(WordcountArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WordcountArgs {
+    /// A UTF-8 text file, or a directory of them (new files are picked up in name order).
+    #[arg(long, value_name = "PATH")]
+    pub input: PathBuf,
+    /// Where committed output files go; in-progress files there are hidden (dot-prefixed).
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Skip (and count) lines that are not UTF-8 instead of failing.
+    #[arg(long)]
+    pub skip_invalid_utf8: bool,
+    /// exactly-once (two-phase commit) or at-least-once (duplicates after failures).
+    #[arg(long, value_name = "MODE", default_value = "exactly-once", value_parser = ["exactly-once", "at-least-once"])]
+    pub sink_mode: String,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
     /// What to measure; `pipeline` is the demo job.
@@ -148,7 +178,7 @@ pub struct BenchArgs {
     pub duration: Duration,
     /// Checkpoint interval, or `off`.
     #[arg(long, default_value = "1s", value_parser = interval_arg)]
-    pub checkpoint_interval: Option<Duration>,
+    pub checkpoint_interval: Interval,
     #[arg(long, short = 'p', default_value_t = 2)]
     pub parallelism: u32,
     #[arg(long, default_value_t = 100_000)]
@@ -175,10 +205,14 @@ pub fn duration_arg(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn interval_arg(text: &str) -> Result<Option<Duration>, String> {
+/// A checkpoint interval that may be `off`.
+#[derive(Clone, Copy, Debug)]
+pub struct Interval(pub Option<Duration>);
+
+fn interval_arg(text: &str) -> Result<Interval, String> {
     if text.eq_ignore_ascii_case("off") {
-        Ok(None)
+        Ok(Interval(None))
     } else {
-        duration_arg(text).map(Some)
+        duration_arg(text).map(|d| Interval(Some(d)))
     }
 }

@@ -7,6 +7,8 @@ use weir_api::prelude::*;
 use weir_connectors::{Event, EventGenerator, FileSink};
 use weir_core::config::{CheckpointConfig, Config};
 use weir_runtime::graph::JobGraph;
+use weir_runtime::injection::FailureInjection;
+use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{execute, ExecutionConfig, JobError, StartMode, StopHandle};
 
 use crate::cli::DemoArgs;
@@ -74,6 +76,8 @@ pub fn execution_config(config: &Config, start: StartMode) -> Result<ExecutionCo
     if let Some(t) = config.get_duration("execution.buffer-timeout.interval")? {
         exec.buffer_timeout = t;
     }
+    exec.restart = RestartStrategy::from_config(config, exec.checkpoint.interval.is_some())?;
+    exec.failure_injection = FailureInjection::from_env().map_err(CliError::usage)?;
     Ok(exec)
 }
 

@@ -7,6 +7,7 @@ mod checkpoints;
 mod cli;
 mod demo;
 mod progress;
+mod wordcount;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_level());
     let result = match cli.command {
         cli::Command::Demo(args) => demo::run(args),
+        cli::Command::Run(cli::RunCommand::Wordcount(args)) => wordcount::run(args),
         cli::Command::Bench(args) => bench::run(args),
         cli::Command::Checkpoints(args) => checkpoints::run(args),
     };

@@ -10,6 +10,11 @@ use crate::output::Output;
 
 /// A parallel sink.
 pub trait SinkFunction<T>: Send + 'static {
+    /// Whether what [`snapshot`](Self::snapshot) returns is union state (every subtask gets
+    /// all of it on restore) rather than list state (redistributed round-robin).
+    fn union_state(&self) -> bool {
+        false
+    }
     /// Opens the sink; `restored` is the list state this subtask recorded (or was given on
     /// rescale) in the checkpoint being restored.
     fn open(
@@ -49,9 +54,11 @@ where
     S: SinkFunction<T>,
 {
     fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
-        let state = restored
-            .operator
-            .map(|s| s.list.into_iter().flat_map(|(_, e)| e).collect());
+        let union = self.0.union_state();
+        let state = restored.operator.map(|s| {
+            let parts = if union { s.union } else { s.list };
+            parts.into_iter().flat_map(|(_, e)| e).collect()
+        });
         self.0.open(ctx, state)
     }
     fn process_batch(&mut self, batch: Vec<T>, _out: &mut Output<()>) -> Result<(), TaskError> {
@@ -59,12 +66,15 @@ where
     }
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
         let elements = self.0.snapshot(checkpoint)?;
+        let named = vec![("sink".to_string(), elements)];
+        let (list, union) = if self.0.union_state() {
+            (Vec::new(), named)
+        } else {
+            (named, Vec::new())
+        };
         Ok(OperatorSnapshot {
             keyed: Vec::new(),
-            operator: (!elements.is_empty()).then(|| OperatorStateSnapshot {
-                list: vec![("sink".to_string(), elements)],
-                union: Vec::new(),
-            }),
+            operator: Some(OperatorStateSnapshot { list, union }),
         })
     }
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {

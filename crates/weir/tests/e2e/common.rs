@@ -86,3 +86,101 @@ pub fn random_below(n: u64) -> u64 {
         .subsec_nanos() as u64;
     (nanos.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % n.max(1)
 }
+
+/// Writes `files` text files of `lines` lines of 6 words each (from a vocabulary of 200) under
+/// `dir/input`, deterministically from `seed`; returns the input directory.
+pub fn write_text_input(dir: &Path, seed: u64, files: usize, lines: usize) -> std::path::PathBuf {
+    let input = dir.join("input");
+    std::fs::create_dir_all(&input).unwrap();
+    let mut x = seed | 1;
+    for f in 0..files {
+        let mut text = String::new();
+        for _ in 0..lines {
+            for w in 0..6 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if w > 0 {
+                    text.push(' ');
+                }
+                text.push_str(&format!("w{}", x % 200));
+            }
+            text.push('\n');
+        }
+        std::fs::write(input.join(format!("part-{f:03}.txt")), text).unwrap();
+    }
+    input
+}
+
+/// Occurrences of every word in the input files.
+pub fn word_totals(input: &Path) -> BTreeMap<String, u64> {
+    let mut totals = BTreeMap::new();
+    for entry in std::fs::read_dir(input).unwrap() {
+        for word in std::fs::read_to_string(entry.unwrap().path())
+            .unwrap()
+            .split_whitespace()
+        {
+            *totals.entry(word.to_string()).or_insert(0) += 1;
+        }
+    }
+    totals
+}
+
+/// The committed `word<TAB>count` lines of wordcount's output (hidden files excluded).
+pub fn committed_counts(output: &Path) -> BTreeMap<String, Vec<u64>> {
+    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for entry in std::fs::read_dir(output).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let (word, count) = line.split_once('\t').expect("word<TAB>count");
+            counts
+                .entry(word.to_string())
+                .or_default()
+                .push(count.parse().expect("count"));
+        }
+    }
+    for v in counts.values_mut() {
+        v.sort();
+    }
+    counts
+}
+
+/// Exactly once: for every word, the committed counts are 1..=n, each once.
+pub fn assert_exactly_once(input: &Path, output: &Path) {
+    let totals = word_totals(input);
+    let mut counts = committed_counts(output);
+    for (word, n) in &totals {
+        let got = counts.remove(word).unwrap_or_default();
+        let want: Vec<u64> = (1..=*n).collect();
+        if got != want {
+            let lost = want.iter().filter(|c| !got.contains(c)).count();
+            let extra = got.len() as i64 - (want.len() - lost) as i64;
+            panic!("word {word}: {lost} counts lost, {extra} duplicated (expected 1..={n})");
+        }
+    }
+    assert!(
+        counts.is_empty(),
+        "counts for words not in the input: {:?}",
+        counts.keys()
+    );
+}
+
+/// Whether some word has a count committed twice.
+pub fn has_duplicates(output: &Path) -> bool {
+    committed_counts(output)
+        .values()
+        .any(|v| v.windows(2).any(|w| w[0] == w[1]))
+}
+
+/// The number in "N restarts" of wordcount's summary.
+pub fn restarts(stdout: &str) -> u64 {
+    stdout
+        .split(" restarts")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no restart count in {stdout}"))
+}

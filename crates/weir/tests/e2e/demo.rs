@@ -87,3 +87,33 @@ fn starting_over_existing_checkpoints_needs_resume_or_fresh_and_ids_ascend_acros
     assert!(fresh.status.success(), "{}", text(&fresh.stderr));
     assert!(!text(&fresh.stdout).contains("Resumed"));
 }
+
+#[test]
+fn bench_prints_one_json_object_with_the_throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    for interval in ["off", "200ms"] {
+        let out = run_in(
+            dir.path(),
+            &[
+                "bench",
+                "pipeline",
+                "--duration",
+                "1s",
+                "--checkpoint-interval",
+                interval,
+                "--json",
+            ],
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+        let line = stdout.trim();
+        assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+        for field in [
+            "\"records_per_second\":",
+            "\"checkpoints_completed\":",
+            "\"checkpoint_duration_p99_ms\":",
+        ] {
+            assert!(line.contains(field), "{field} missing in {line}");
+        }
+    }
+}

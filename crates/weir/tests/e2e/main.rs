@@ -1,6 +1,7 @@
 //! End-to-end tests of the `weir` binary: real processes, real files, real SIGKILLs.
 
 mod bad_input;
+mod chaos;
 mod common;
 mod demo;
 mod kill_and_resume;

@@ -1,0 +1,377 @@
+//! A replayable source of text lines from a file or a directory of files.
+//!
+//! A directory's files (not hidden ones) are read in name order; each file belongs to the
+//! subtask that its name hashes to, so files that appear later are picked up too. The position
+//! is, per file, the byte offset after the last line emitted, so a restored source continues
+//! with exactly the next line. A line that is not UTF-8 is an error naming the file and the
+//! byte offset — or, when asked, skipped and counted.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use weir_runtime::{OperatorContext, SourceFunction, SourceStatus, TaskError};
+
+/// One file's read position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileSplit {
+    name: String,
+    offset: u64,
+    done: bool,
+}
+
+impl FileSplit {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.name.len() + 9);
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.push(self.done as u8);
+        out.extend_from_slice(self.name.as_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<FileSplit, TaskError> {
+        let bad = || {
+            TaskError::user(
+                "file source position is malformed: the checkpoint was not written by this source",
+            )
+        };
+        if bytes.len() < 9 {
+            return Err(bad());
+        }
+        Ok(FileSplit {
+            offset: u64::from_le_bytes(bytes[..8].try_into().map_err(|_| bad())?),
+            done: bytes[8] != 0,
+            name: String::from_utf8(bytes[9..].to_vec()).map_err(|_| bad())?,
+        })
+    }
+}
+
+/// Reads lines of UTF-8 text. Bounded: it ends when every file has been read to its end and
+/// no new file has appeared.
+#[derive(Debug)]
+pub struct FileSource {
+    path: PathBuf,
+    skip_invalid: bool,
+    skipped: Arc<AtomicU64>,
+    index: u32,
+    parallelism: u32,
+    splits: Vec<FileSplit>,
+    current: Option<Reader>,
+}
+
+#[derive(Debug)]
+struct Reader {
+    split: usize,
+    reader: BufReader<File>,
+}
+
+/// A clone starts with no open file: subtasks clone the configured source before opening.
+impl Clone for FileSource {
+    fn clone(&self) -> Self {
+        FileSource {
+            path: self.path.clone(),
+            skip_invalid: self.skip_invalid,
+            skipped: self.skipped.clone(),
+            index: self.index,
+            parallelism: self.parallelism,
+            splits: self.splits.clone(),
+            current: None,
+        }
+    }
+}
+
+impl FileSource {
+    /// Reads `path`: a file, or every non-hidden file of a directory.
+    pub fn new(path: impl Into<PathBuf>) -> FileSource {
+        FileSource {
+            path: path.into(),
+            skip_invalid: false,
+            skipped: Arc::new(AtomicU64::new(0)),
+            index: 0,
+            parallelism: 1,
+            splits: Vec::new(),
+            current: None,
+        }
+    }
+
+    /// Skips lines that are not UTF-8 instead of failing; [`skipped`](Self::skipped) counts them.
+    pub fn skip_invalid_utf8(mut self) -> FileSource {
+        self.skip_invalid = true;
+        self
+    }
+
+    /// Lines skipped so far, over all subtasks.
+    pub fn skipped(&self) -> Arc<AtomicU64> {
+        self.skipped.clone()
+    }
+
+    fn is_dir(&self) -> bool {
+        self.path.is_dir()
+    }
+
+    fn file_path(&self, name: &str) -> PathBuf {
+        if self.is_dir() {
+            self.path.join(name)
+        } else {
+            self.path.clone()
+        }
+    }
+
+    /// The names of this subtask's files, sorted.
+    fn list_files(&self) -> Result<Vec<String>, TaskError> {
+        let unreadable = |e: std::io::Error| {
+            TaskError::BadInput(format!("cannot read input {}: {e}", self.path.display()))
+        };
+        if !self.is_dir() {
+            std::fs::metadata(&self.path).map_err(unreadable)?;
+            let name = self
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return Ok(if self.index == 0 {
+                vec![name]
+            } else {
+                Vec::new()
+            });
+        }
+        let mut names: Vec<String> = std::fs::read_dir(&self.path)
+            .map_err(unreadable)?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| !n.starts_with('.'))
+            .filter(|n| owner(n, self.parallelism) == self.index)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Adds splits for files that appeared since the last look; true if any did.
+    fn discover(&mut self) -> Result<bool, TaskError> {
+        let mut found = false;
+        for name in self.list_files()? {
+            if !self.splits.iter().any(|s| s.name == name) {
+                self.splits.push(FileSplit {
+                    name,
+                    offset: 0,
+                    done: false,
+                });
+                found = true;
+            }
+        }
+        Ok(found)
+    }
+
+    fn open_next(&mut self) -> Result<bool, TaskError> {
+        let Some(i) = self.splits.iter().position(|s| !s.done) else {
+            return Ok(false);
+        };
+        let split = &self.splits[i];
+        let path = self.file_path(&split.name);
+        let unreadable = |e: std::io::Error| {
+            TaskError::BadInput(format!("cannot read input file {}: {e}", path.display()))
+        };
+        let mut file = File::open(&path).map_err(unreadable)?;
+        file.seek(SeekFrom::Start(split.offset))
+            .map_err(unreadable)?;
+        self.current = Some(Reader {
+            split: i,
+            reader: BufReader::with_capacity(1 << 16, file),
+        });
+        Ok(true)
+    }
+}
+
+/// The subtask a file belongs to: FNV-1a of its name, stable across runs and platforms.
+fn owner(name: &str, parallelism: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % parallelism.max(1) as u64) as u32
+}
+
+impl SourceFunction<String> for FileSource {
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: Option<Vec<Vec<u8>>>,
+    ) -> Result<(), TaskError> {
+        self.index = ctx.index;
+        self.parallelism = ctx.parallelism;
+        self.splits = match restored {
+            Some(elements) => elements
+                .iter()
+                .map(|e| FileSplit::decode(e))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
+        self.discover()?;
+        Ok(())
+    }
+
+    fn poll_batch(
+        &mut self,
+        batch: &mut Vec<String>,
+        max: usize,
+    ) -> Result<SourceStatus, TaskError> {
+        if self.current.is_none()
+            && !self.open_next()?
+            && !(self.discover()? && self.open_next()?)
+        {
+            return Ok(SourceStatus::Exhausted);
+        }
+        let Some(current) = self.current.as_mut() else {
+            return Ok(SourceStatus::Exhausted);
+        };
+        let split = &mut self.splits[current.split];
+        let path = if self.path.is_dir() {
+            self.path.join(&split.name)
+        } else {
+            self.path.clone()
+        };
+        let mut line = Vec::new();
+        while batch.len() < max {
+            line.clear();
+            let n = current.reader.read_until(b'\n', &mut line).map_err(|e| {
+                TaskError::BadInput(format!("cannot read input file {}: {e}", path.display()))
+            })?;
+            if n == 0 {
+                split.done = true;
+                self.current = None;
+                break;
+            }
+            let start = split.offset;
+            let text = line.strip_suffix(b"\n").unwrap_or(&line);
+            let text = text.strip_suffix(b"\r").unwrap_or(text);
+            match std::str::from_utf8(text) {
+                Ok(s) => batch.push(s.to_string()),
+                Err(_) if self.skip_invalid => {
+                    self.skipped.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    return Err(TaskError::BadInput(format!(
+                        "{}: invalid UTF-8 at byte offset {}",
+                        path.display(),
+                        start + e.valid_up_to() as u64
+                    )))
+                }
+            }
+            // Invariant: the offset is right after the last line handed out.
+            split.offset += n as u64;
+        }
+        Ok(SourceStatus::Emitted)
+    }
+
+    fn snapshot_position(&mut self) -> Result<Vec<Vec<u8>>, TaskError> {
+        Ok(self.splits.iter().map(FileSplit::encode).collect())
+    }
+}
+
+/// Checks that `path` can be read as input, before a job starts.
+pub fn check_input(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read input {}: {e}", path.display()))?;
+    if meta.is_dir() {
+        std::fs::read_dir(path)
+            .map_err(|e| format!("cannot read input directory {}: {e}", path.display()))?;
+    } else {
+        File::open(path).map_err(|e| format!("cannot read input file {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::KeyGroupRange;
+
+    fn ctx() -> OperatorContext {
+        OperatorContext {
+            uid: "lines".into(),
+            name: "lines".into(),
+            index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            key_groups: KeyGroupRange::new(0, 0),
+        }
+    }
+
+    fn drain(source: &mut FileSource, max: usize) -> Result<Vec<String>, TaskError> {
+        let mut all = Vec::new();
+        loop {
+            let mut batch = Vec::new();
+            if source.poll_batch(&mut batch, max)? == SourceStatus::Exhausted {
+                return Ok(all);
+            }
+            all.extend(batch);
+        }
+    }
+
+    #[test]
+    fn a_restored_source_continues_with_the_line_after_its_position_and_picks_up_new_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\ntwo\r\nthree\n").unwrap();
+        std::fs::write(dir.path().join(".hidden"), "never\n").unwrap();
+        let mut s = FileSource::new(dir.path());
+        s.open(&ctx(), None).unwrap();
+        let mut first = Vec::new();
+        s.poll_batch(&mut first, 1).unwrap();
+        assert_eq!(first, vec!["one"]);
+        let position = s.snapshot_position().unwrap();
+
+        std::fs::write(dir.path().join("b.txt"), "four").unwrap();
+        let mut restored = FileSource::new(dir.path());
+        restored.open(&ctx(), Some(position)).unwrap();
+        assert_eq!(
+            drain(&mut restored, 2).unwrap(),
+            vec!["two", "three", "four"]
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_error_naming_file_and_offset_unless_skipping_was_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.txt");
+        std::fs::write(&file, b"fine\nab\xffcd\nlast\n").unwrap();
+        let mut s = FileSource::new(&file);
+        s.open(&ctx(), None).unwrap();
+        let err = drain(&mut s, 10).unwrap_err().to_string();
+        assert!(
+            err.contains("bad.txt") && err.contains("byte offset 7"),
+            "{err}"
+        );
+
+        let mut s = FileSource::new(&file).skip_invalid_utf8();
+        s.open(&ctx(), None).unwrap();
+        assert_eq!(drain(&mut s, 10).unwrap(), vec!["fine", "last"]);
+        assert_eq!(s.skipped().load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn files_are_spread_over_subtasks_each_read_by_exactly_one() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..20 {
+            std::fs::write(dir.path().join(format!("f{i}")), format!("{i}\n")).unwrap();
+        }
+        let mut all = Vec::new();
+        for index in 0..3 {
+            let mut s = FileSource::new(dir.path());
+            s.open(
+                &OperatorContext {
+                    index,
+                    parallelism: 3,
+                    ..ctx()
+                },
+                None,
+            )
+            .unwrap();
+            all.extend(drain(&mut s, 4).unwrap());
+        }
+        all.sort_by_key(|l| l.parse::<u32>().unwrap());
+        assert_eq!(all, (0..20).map(|i| i.to_string()).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,191 @@
+//! Exactly-once under failure: wordcount with injected subtask failures and with SIGKILLs of
+//! the whole process, checked word by word — nothing lost, nothing duplicated.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use crate::common::{
+    assert_exactly_once, has_duplicates, random_below, restarts, text, weir, write_text_input,
+};
+
+/// Runs wordcount over `input` into `dir/output`, with `extra` arguments.
+fn wordcount(dir: &Path, input: &Path, extra: &[&str], inject: Option<&str>) -> Output {
+    let mut cmd = weir();
+    cmd.current_dir(dir)
+        .args(["run", "wordcount", "--input"])
+        .arg(input)
+        .args([
+            "--output",
+            "output",
+            "--checkpoint-dir",
+            "checkpoints",
+            "--parallelism",
+            "2",
+        ])
+        .args(["--checkpoint-interval", "30ms"])
+        .args(["-D", "restart-strategy.type=fixed-delay"])
+        .args(["-D", "restart-strategy.fixed-delay.attempts=1000"])
+        .args(["-D", "restart-strategy.fixed-delay.delay=0ms"])
+        .args(extra);
+    if let Some(spec) = inject {
+        cmd.env("WEIR_INJECT_FAILURES", spec);
+    }
+    cmd.output().expect("run wordcount")
+}
+
+const INJECT: &str = "lines,words,counts,output:0.01";
+
+#[test]
+fn twenty_runs_with_injected_subtask_failures_commit_every_count_exactly_once() {
+    let mut total_restarts = 0;
+    for run in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write_text_input(dir.path(), 1000 + run, 3, 700);
+        let out = wordcount(dir.path(), &input, &[], Some(INJECT));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "run {run}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        total_restarts += restarts(&stdout);
+        assert_exactly_once(&input, &dir.path().join("output"));
+    }
+    assert!(
+        total_restarts >= 20,
+        "only {total_restarts} injected failures over 20 runs"
+    );
+}
+
+#[test]
+fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
+    let mut kills = 0;
+    for run in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write_text_input(dir.path(), 2000 + run, 20, 12_000);
+        let mut resume: &[&str] = &[];
+        for round in 0.. {
+            assert!(round < 30, "run {run} never finished");
+            let mut cmd = weir();
+            cmd.current_dir(dir.path())
+                .args(["run", "wordcount", "--input"])
+                .arg(&input)
+                .args([
+                    "--output",
+                    "output",
+                    "--checkpoint-dir",
+                    "checkpoints",
+                    "--parallelism",
+                    "2",
+                ])
+                .args(["--checkpoint-interval", "50ms"])
+                .args(resume)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let mut child = cmd.spawn().unwrap();
+            if round < 3 {
+                std::thread::sleep(Duration::from_millis(100 + random_below(600)));
+                if child.try_wait().unwrap().is_none() {
+                    child.kill().unwrap(); // SIGKILL
+                    child.wait().unwrap();
+                    kills += 1;
+                    resume = &["--resume"];
+                    continue;
+                }
+            }
+            let status = child.wait().unwrap();
+            assert!(status.success(), "run {run} round {round} failed");
+            break;
+        }
+        assert_exactly_once(&input, &dir.path().join("output"));
+    }
+    assert!(
+        kills >= 5,
+        "only {kills} kills over 5 runs: the runs are too short to kill"
+    );
+}
+
+#[test]
+fn the_at_least_once_sink_under_the_same_failures_commits_duplicates() {
+    // The same job and failures, with the sink that does not roll back: the exactly-once check
+    // above would fail on it, which is what makes that check meaningful.
+    for run in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write_text_input(dir.path(), 3000 + run, 3, 700);
+        let out = wordcount(
+            dir.path(),
+            &input,
+            &["--sink-mode", "at-least-once"],
+            Some(INJECT),
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        if restarts(&stdout) > 0 && has_duplicates(&dir.path().join("output")) {
+            return;
+        }
+    }
+    panic!("ten runs with injected failures never committed a duplicate in at-least-once mode");
+}
+
+#[test]
+fn bad_input_to_wordcount_is_a_clear_error_and_nothing_committed_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = weir();
+        cmd.current_dir(dir.path())
+            .args(["run", "wordcount", "--checkpoint-dir", "checkpoints"]);
+        cmd.args(args).output().unwrap()
+    };
+    let missing = run(&["--input", "no-such-input", "--output", "out"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr).contains("no-such-input"),
+        "{}",
+        text(&missing.stderr)
+    );
+
+    std::fs::write(dir.path().join("a-file"), "x").unwrap();
+    std::fs::write(dir.path().join("ok.txt"), "a b\n").unwrap();
+    let file_output = run(&["--input", "ok.txt", "--output", "a-file"]);
+    assert_eq!(file_output.status.code(), Some(2));
+    assert!(
+        text(&file_output.stderr).contains("not a directory"),
+        "{}",
+        text(&file_output.stderr)
+    );
+
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    std::fs::write(
+        dir.path().join("in/bad.txt"),
+        b"good words\nbad \xff byte\n",
+    )
+    .unwrap();
+    let bad = run(&["--input", "in", "--output", "out", "--fresh"]);
+    let stderr = text(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.txt") && stderr.contains("invalid UTF-8 at byte offset 15"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let skipped = run(&[
+        "--input",
+        "in",
+        "--output",
+        "out2",
+        "--fresh",
+        "--skip-invalid-utf8",
+    ]);
+    assert!(skipped.status.success(), "{}", text(&skipped.stderr));
+    assert!(
+        text(&skipped.stdout).contains("skipped 1 lines"),
+        "{}",
+        text(&skipped.stdout)
+    );
+    let mut committed = crate::common::committed_counts(&dir.path().join("out2"));
+    assert_eq!(committed.remove("good"), Some(vec![1]));
+    assert_eq!(committed.remove("words"), Some(vec![1]));
+    assert!(committed.is_empty(), "{committed:?}");
+}

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Weir's test command: everything the tests need, then every test of the workspace.
 # Usage: scripts/test.sh [extra cargo test arguments]
+#
+# Object storage is tested against a real S3-compatible server: moto (from PyPI) is installed
+# if missing, started on a free loopback port, given a bucket, and announced to the tests in
+# WEIR_TEST_S3_ENDPOINT / WEIR_TEST_S3_BUCKET. The S3 tests fail (they do not skip) without it.
+#
+# The REST tests drive Debian's Chromium and Flink's own command line (apache-flink on PyPI):
+# scripts/install-test-tools.sh installs both if missing. Those tests fail without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +16,38 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
-# The tests use only local files and loopback so far: no services to start yet.
+if ! command -v moto_server >/dev/null; then
+  echo "scripts/test.sh: installing moto[server] (an S3-compatible server for the tests)" >&2
+  python3 -m pip install --quiet 'moto[server]'
+fi
+if ! command -v moto_server >/dev/null; then
+  echo "scripts/test.sh: moto_server is not on PATH after 'pip install moto[server]'" >&2
+  exit 1
+fi
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+moto_log=$(mktemp -t weir-moto.XXXXXX)
+moto_server -H 127.0.0.1 -p "$port" >"$moto_log" 2>&1 &
+moto_pid=$!
+trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"' EXIT
+
+endpoint="http://127.0.0.1:$port"
+bucket=weir-test
+for _ in $(seq 1 100); do
+  if curl -fsS -o /dev/null "$endpoint/"; then break; fi
+  if ! kill -0 "$moto_pid" 2>/dev/null; then
+    echo "scripts/test.sh: moto_server exited:" >&2
+    cat "$moto_log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+curl -fsS -X PUT "$endpoint/$bucket" >/dev/null
+export WEIR_TEST_S3_ENDPOINT="$endpoint"
+export WEIR_TEST_S3_BUCKET="$bucket"
+echo "scripts/test.sh: S3-compatible server (moto) at $endpoint, bucket $bucket" >&2
+
+scripts/install-test-tools.sh
+
 cargo test --workspace --all-targets "$@"
 cargo test --workspace --doc "$@"

@@ -16,6 +16,8 @@ pub(crate) struct Builder {
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
     pub errors: Vec<String>,
+    /// Operators with a side output: node → (tag id, type of the side records).
+    pub side_outputs: std::collections::HashMap<usize, (String, std::any::TypeId)>,
 }
 
 /// The job being written: its name, default parallelism, and graph.
@@ -35,6 +37,7 @@ impl StreamEnv {
                 nodes: Vec::new(),
                 edges: Vec::new(),
                 errors: Vec::new(),
+                side_outputs: std::collections::HashMap::new(),
             })),
         }
     }

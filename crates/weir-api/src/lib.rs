@@ -44,21 +44,42 @@
 mod aggregate;
 mod collect;
 mod env;
+mod exactly_once_collect;
+mod join;
+mod side_output;
 mod stream;
+mod vec_source;
+mod watermarks;
+mod window;
 
 pub use aggregate::{Count, Reduce, Sum};
 pub use collect::CollectSink;
 pub use env::StreamEnv;
+pub use exactly_once_collect::ExactlyOnceCollectSink;
+pub use join::{IntervalJoin, WindowJoin};
+pub use side_output::OutputTag;
 pub use stream::{ConnectedStreams, DataStream, KeyedConnectedStreams, KeyedStream, SinkHandle};
+pub use vec_source::VecSource;
+pub use weir_runtime::operators::window::{
+    AggregateFunction, EventTimeSessionWindows, ProcessWindowFunction, SlidingEventTimeWindows,
+    TimeWindow, TumblingEventTimeWindows, WindowElements, WindowResult,
+};
+pub use weir_runtime::watermark::WatermarkStrategy;
+pub use window::{WindowedStream, Windows};
 
 /// Everything a job author needs, in one import.
 pub mod prelude {
-    pub use crate::{CollectSink, ConnectedStreams, DataStream, KeyedStream, StreamEnv};
+    pub use crate::{
+        AggregateFunction, CollectSink, ConnectedStreams, DataStream, EventTimeSessionWindows,
+        KeyedStream, OutputTag, SlidingEventTimeWindows, StreamEnv, TimeWindow,
+        TumblingEventTimeWindows, VecSource, WatermarkStrategy, WindowElements, WindowResult,
+    };
     pub use weir_core::CheckpointId;
     pub use weir_runtime::channel::Either;
     pub use weir_runtime::operators::{
         CoProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction, SinkFunction,
     };
+    pub use weir_runtime::timer_service::{TimeDomain, Timer, TimerContext};
     pub use weir_runtime::{OperatorContext, Output, SourceFunction, SourceStatus, TaskError};
     pub use weir_state::{CurrentKey, Key, ListState, MapState, StableHash, Value, ValueState};
 }

@@ -18,25 +18,57 @@ use weir_state::{Key, Value};
 use crate::aggregate::{Count, Reduce, Sum};
 use crate::env::StreamEnv;
 
+/// Turns the writers of an edge for this stream's records into writers for what its node
+/// really emits (the main or side half of an operator with a side output).
+pub(crate) type WriterAdapter = fn(WriterFactory) -> WriterFactory;
+
 /// A stream of `T` records: the output of one operator (or of several, after `union`).
 pub struct DataStream<T> {
-    env: StreamEnv,
-    nodes: Vec<usize>,
-    partition: Partition,
+    pub(crate) env: StreamEnv,
+    pub(crate) nodes: Vec<usize>,
+    /// Per node in `nodes`: how its output becomes this stream (`None`: it emits `T`).
+    pub(crate) adapters: Vec<Option<WriterAdapter>>,
+    pub(crate) partition: Partition,
     _t: PhantomData<fn() -> T>,
+}
+
+/// A clone is the same stream: each operator applied to a clone reads every record of it.
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        DataStream {
+            env: self.env.clone(),
+            nodes: self.nodes.clone(),
+            adapters: self.adapters.clone(),
+            partition: self.partition,
+            _t: PhantomData,
+        }
+    }
 }
 
 impl<T: Clone + Send + 'static> DataStream<T> {
     pub(crate) fn new(env: StreamEnv, nodes: Vec<usize>) -> DataStream<T> {
+        let adapters = vec![None; nodes.len()];
         DataStream {
             env,
             nodes,
+            adapters,
             partition: Partition::Default,
             _t: PhantomData,
         }
     }
 
-    fn last_node(&self, what: &str) -> Option<usize> {
+    /// A stream of one half of `node`'s output.
+    pub(crate) fn adapted(env: StreamEnv, node: usize, adapter: WriterAdapter) -> DataStream<T> {
+        DataStream {
+            env,
+            nodes: vec![node],
+            adapters: vec![Some(adapter)],
+            partition: Partition::Default,
+            _t: PhantomData,
+        }
+    }
+
+    pub(crate) fn last_node(&self, what: &str) -> Option<usize> {
         match self.nodes.as_slice() {
             [one] => Some(*one),
             _ => {
@@ -84,7 +116,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     }
 
     /// Connects this stream into node `to`.
-    fn connect_into(
+    pub(crate) fn connect_into(
         &self,
         to: usize,
         channel: ChannelFactory,
@@ -92,18 +124,28 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         partition: Partition,
     ) {
         let mut b = self.env.inner.borrow_mut();
-        for &from in &self.nodes {
+        for (&from, adapter) in self.nodes.iter().zip(&self.adapters) {
+            let writer = match adapter {
+                Some(adapt) => adapt(writer.clone()),
+                None => writer.clone(),
+            };
             b.edges.push(Edge {
                 from,
                 to,
                 partition,
                 channel: channel.clone(),
-                writer: writer.clone(),
+                writer,
             });
         }
     }
 
-    fn then<O, Op>(self, name: &str, role: NodeRole, keyed: bool, op: Op) -> DataStream<O>
+    pub(crate) fn then<O, Op>(
+        self,
+        name: &str,
+        role: NodeRole,
+        keyed: bool,
+        op: Op,
+    ) -> DataStream<O>
     where
         O: Clone + Send + 'static,
         Op: weir_runtime::OneInputOperator<T, O> + Clone,
@@ -164,6 +206,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     /// Merges streams of the same type; the next operator reads from all of them.
     pub fn union(mut self, other: DataStream<T>) -> DataStream<T> {
         self.nodes.extend(other.nodes);
+        self.adapters.extend(other.adapters);
         self
     }
 
@@ -208,8 +251,8 @@ impl SinkHandle {
 
 /// A stream partitioned by key; its operators keep keyed state.
 pub struct KeyedStream<T, K, KF> {
-    stream: DataStream<T>,
-    key: KF,
+    pub(crate) stream: DataStream<T>,
+    pub(crate) key: KF,
     _k: PhantomData<fn() -> K>,
 }
 

@@ -9,11 +9,14 @@
 //! - [`file_source::FileSource`]: replayable lines from a file or a directory of files.
 //! - [`committing_sink::CommittingFileSink`]: the exactly-once file sink by two-phase commit;
 //!   readers never see uncommitted records.
+//! - [`nexmark`]: the Nexmark benchmark's deterministic event generator, its source, and its
+//!   queries as Weir jobs.
 
 pub mod committing_sink;
 pub mod file_sink;
 pub mod file_source;
 pub mod generator;
+pub mod nexmark;
 
 pub use committing_sink::{CommittingFileSink, SinkMode};
 pub use file_sink::FileSink;

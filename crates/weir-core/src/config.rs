@@ -52,13 +52,23 @@ pub const OPTIONS: &[(&str, &str)] = &[
     ("execution.checkpointing.num-retained", "3"),
     ("execution.checkpointing.dir", "./weir-data/checkpoints"),
     ("execution.checkpointing.incremental", "true"),
+    (
+        "execution.checkpointing.savepoint-dir",
+        "(none; weir demo: ./weir-data/savepoints)",
+    ),
     ("web.checkpoints.history", "10"),
-    ("s3.endpoint", "(AWS; e.g. http://127.0.0.1:9000 for an S3-compatible server)"),
+    (
+        "s3.endpoint",
+        "(AWS; e.g. http://127.0.0.1:9000 for an S3-compatible server)",
+    ),
     ("s3.region", "us-east-1"),
     ("s3.access-key", "(AWS_ACCESS_KEY_ID)"),
     ("s3.secret-key", "(AWS_SECRET_ACCESS_KEY)"),
     ("s3.path.style.access", "false"),
-    ("s3.allow-http", "(true when s3.endpoint starts with http://)"),
+    (
+        "s3.allow-http",
+        "(true when s3.endpoint starts with http://)",
+    ),
     (
         "restart-strategy.type",
         "exponential-delay (none without checkpointing)",
@@ -274,7 +284,12 @@ pub struct S3Options {
 impl S3Options {
     /// Reads and validates the `s3.*` options.
     pub fn from_config(config: &Config) -> Result<S3Options, ConfigError> {
-        let text = |key: &str| config.get(key).filter(|v| !v.is_empty()).map(str::to_string);
+        let text = |key: &str| {
+            config
+                .get(key)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
         let endpoint = text("s3.endpoint");
         if let Some(e) = &endpoint {
             if !(e.starts_with("http://") || e.starts_with("https://")) {

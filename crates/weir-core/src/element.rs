@@ -20,12 +20,26 @@ pub struct Barrier {
     pub kind: CheckpointKind,
 }
 
+/// Whether a channel's producer currently holds back the event time of its consumers.
+///
+/// An *idle* producer (a source with nothing to read for a while) is left out of its consumers'
+/// minimum over their inputs, so it does not stall their watermark; it becomes *active* again
+/// before it sends anything more that carries event time.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum WatermarkStatus {
+    Active,
+    Idle,
+}
+
 /// One element of a channel. Records always travel in batches.
 #[derive(Debug)]
 pub enum Element<T> {
     Records(Vec<T>),
-    /// Event-time watermark, milliseconds.
+    /// Event-time watermark, milliseconds: the producer will send no record with an earlier
+    /// event time (records that do are *late*).
     Watermark(i64),
+    /// The producer became idle or active again (see [`WatermarkStatus`]).
+    WatermarkStatus(WatermarkStatus),
     Barrier(Barrier),
     /// The producer will send nothing more on this channel.
     EndOfInput,

@@ -71,6 +71,7 @@ fn convert_control<T, U>(element: Element<T>) -> Element<U> {
     match element {
         Element::Records(_) => unreachable!("records are converted by the caller"),
         Element::Watermark(w) => Element::Watermark(w),
+        Element::WatermarkStatus(s) => Element::WatermarkStatus(s),
         Element::Barrier(b) => Element::Barrier(b),
         Element::EndOfInput => Element::EndOfInput,
     }

@@ -52,12 +52,26 @@ pub enum CoordinatorMessage {
         controls: std::collections::HashMap<SubtaskId, crossbeam_channel::Sender<TaskControl>>,
     },
     JobStatus(JobStatus),
-    /// Take a checkpoint or savepoint now.
+    /// Take a checkpoint or savepoint now (a savepoint into `target`, or the configured
+    /// savepoint directory).
     Trigger {
         kind: CheckpointKind,
+        request: weir_checkpoint::RequestId,
+        target: Option<std::path::PathBuf>,
     },
     /// Take a final checkpoint, then let the sources finish.
     StopWithCheckpoint,
+    /// Take a savepoint, then let the sources finish.
+    StopWithSavepoint {
+        request: weir_checkpoint::RequestId,
+        target: Option<std::path::PathBuf>,
+    },
+    /// Answer with the latest completed checkpoint, once every message before this one was
+    /// handled: a restart restores exactly what the coordinator considers completed, and every
+    /// event of the failed attempt is out.
+    Sync(crossbeam_channel::Sender<Option<CheckpointId>>),
+    /// Answer with the coordinator's current statistics.
+    Stats(crossbeam_channel::Sender<weir_checkpoint::CheckpointStats>),
     /// Stop the driver. With `drain`, pending checkpoints may still complete (up to the
     /// checkpoint timeout) so that a final checkpoint's sinks commit; without, they are aborted.
     Shutdown {
@@ -82,8 +96,11 @@ pub enum JobEvent {
     FirstRecordProcessed {
         attempt: u32,
     },
-    /// The final checkpoint of a stopping job was triggered.
-    FinalCheckpointTriggered(CheckpointId),
+    /// The final checkpoint (or savepoint) of a stopping job was triggered.
+    FinalCheckpointTriggered {
+        id: CheckpointId,
+        savepoint: bool,
+    },
     /// No final checkpoint could be triggered for a stopping job.
     FinalCheckpointFailed(String),
     CheckpointCompleted {

@@ -4,6 +4,7 @@
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use weir_core::{Barrier, CheckpointId, CheckpointKind, Clock, JobId, SubtaskId};
 use weir_storage::{CheckpointMetadata, CheckpointStorage, OperatorMetadata};
 
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
+use crate::handle::{JobHandle, RequestStatus};
 
 /// The request id of the final checkpoint taken when a job stops (manual request ids count up
 /// from 1; the coordinator reserves the upper half for its periodic triggers).
@@ -27,6 +29,8 @@ pub struct DriverSetup {
     pub operators: Vec<OperatorMetadata>,
     pub sources: Vec<SubtaskId>,
     pub checkpoint_timeout: Duration,
+    /// Where savepoints go when a request names no directory.
+    pub savepoint_dir: Option<PathBuf>,
 }
 
 struct Driver {
@@ -40,7 +44,13 @@ struct Driver {
     stopping: bool,
     /// The current attempt; messages of earlier attempts are ignored.
     attempt: u32,
-    next_request: RequestId,
+    handle: JobHandle,
+    /// Savepoint directories asked for, by request.
+    targets: HashMap<RequestId, Option<PathBuf>>,
+    /// The request each requested checkpoint serves.
+    requests: HashMap<CheckpointId, RequestId>,
+    /// Where completed savepoints were written.
+    savepoints: HashMap<CheckpointId, PathBuf>,
     /// Duration and size of checkpoints whose metadata was written, for the completion event.
     written: HashMap<CheckpointId, (u64, u64)>,
 }
@@ -54,7 +64,7 @@ pub fn spawn_driver(
     storage: CheckpointStorage,
     clock: Arc<dyn Clock>,
     messages: Receiver<CoordinatorMessage>,
-    controls: HashMap<SubtaskId, Sender<TaskControl>>,
+    handle: JobHandle,
     events: Sender<JobEvent>,
 ) -> JoinHandle<CheckpointStats> {
     let driver = Driver {
@@ -63,11 +73,14 @@ pub fn spawn_driver(
         counter,
         storage,
         clock,
-        controls,
+        controls: HashMap::new(),
         events,
         stopping: false,
         attempt: 0,
-        next_request: 1,
+        handle,
+        targets: HashMap::new(),
+        requests: HashMap::new(),
+        savepoints: HashMap::new(),
         written: HashMap::new(),
     };
     std::thread::Builder::new()
@@ -164,10 +177,36 @@ impl Driver {
                 status,
             } => Event::SubtaskStatus { subtask, status },
             CoordinatorMessage::JobStatus(status) => Event::JobStatusChanged(status),
-            CoordinatorMessage::Trigger { kind } => {
-                let request = self.next_request;
-                self.next_request += 1;
+            CoordinatorMessage::Trigger {
+                kind,
+                request,
+                target,
+            } => {
+                self.targets.insert(request, target);
                 Event::TriggerRequest { request, kind }
+            }
+            CoordinatorMessage::StopWithSavepoint { request, target } => {
+                if self.stopping {
+                    self.handle.set_request(
+                        request,
+                        RequestStatus::Failed("the job is already stopping".into()),
+                    );
+                    return Translated::Nothing;
+                }
+                self.stopping = true;
+                self.targets.insert(request, target);
+                Event::TriggerRequest {
+                    request,
+                    kind: CheckpointKind::Savepoint,
+                }
+            }
+            CoordinatorMessage::Sync(reply) => {
+                let _ = reply.send(self.coordinator.latest_completed().map(|c| c.id));
+                return Translated::Nothing;
+            }
+            CoordinatorMessage::Stats(reply) => {
+                let _ = reply.send(self.coordinator.stats().clone());
+                return Translated::Nothing;
             }
             CoordinatorMessage::StopWithCheckpoint => {
                 if self.stopping {
@@ -198,7 +237,10 @@ impl Driver {
     fn execute(&mut self, action: Action) -> Option<Event> {
         match action {
             Action::AllocateId { request } => Some(match self.counter.get_and_increment() {
-                Ok(id) => Event::IdAllocated { request, id },
+                Ok(id) => {
+                    self.requests.insert(id, request);
+                    Event::IdAllocated { request, id }
+                }
                 Err(e) => Event::IdAllocationFailed {
                     request,
                     reason: e.to_string(),
@@ -221,9 +263,10 @@ impl Driver {
                     self.send(s, TaskControl::Trigger { barrier, finish });
                 }
                 if finish {
-                    let _ = self
-                        .events
-                        .send(JobEvent::FinalCheckpointTriggered(checkpoint));
+                    let _ = self.events.send(JobEvent::FinalCheckpointTriggered {
+                        id: checkpoint,
+                        savepoint: kind == CheckpointKind::Savepoint,
+                    });
                 }
                 None
             }
@@ -233,12 +276,16 @@ impl Driver {
                     .completion_timestamp_ms
                     .saturating_sub(checkpoint.trigger_timestamp_ms);
                 let size = checkpoint.state_size();
+                let savepoint = checkpoint.is_savepoint();
                 let metadata = CheckpointMetadata {
                     job_name: self.setup.job_name.clone(),
                     max_parallelism: self.setup.max_parallelism,
                     operators: self.setup.operators.clone(),
                     checkpoint,
                 };
+                if savepoint {
+                    return Some(self.write_savepoint(&metadata, duration, size));
+                }
                 Some(match self.storage.write_metadata(&metadata) {
                     Ok(bytes) => {
                         self.written.insert(id, (duration, size + bytes));
@@ -312,9 +359,19 @@ impl Driver {
                 checkpoint,
             } => {
                 tracing::debug!(request, %checkpoint, "requested checkpoint completed");
+                let location = self.savepoints.remove(&checkpoint);
+                self.handle.set_request(
+                    request,
+                    RequestStatus::Completed {
+                        checkpoint,
+                        location,
+                    },
+                );
                 None
             }
             Action::RequestFailed { request, reason } => {
+                self.handle
+                    .set_request(request, RequestStatus::Failed(reason.clone()));
                 if request == STOP_REQUEST {
                     // No final checkpoint is possible (e.g. a source already finished): let the
                     // sources end without one; the job's last completed checkpoint stands.
@@ -332,6 +389,46 @@ impl Driver {
                 let _ = self.events.send(JobEvent::JobFailed(reason));
                 None
             }
+        }
+    }
+
+    /// Writes a savepoint: a self-contained copy of the snapshot in its own directory. The
+    /// files the subtasks wrote for it under the checkpoint root are deleted afterwards.
+    fn write_savepoint(
+        &mut self,
+        metadata: &CheckpointMetadata,
+        duration: u64,
+        size: u64,
+    ) -> Event {
+        let id = metadata.checkpoint.id;
+        let target = self
+            .requests
+            .get(&id)
+            .and_then(|r| self.targets.get(r).cloned().flatten())
+            .or_else(|| self.setup.savepoint_dir.clone());
+        let Some(target) = target else {
+            return Event::MetadataWriteFailed {
+                checkpoint: id,
+                reason: "no savepoint directory: name one in the request or set execution.checkpointing.savepoint-dir".into(),
+            };
+        };
+        match weir_storage::savepoint::write_savepoint(&self.storage, metadata, &target) {
+            Ok(written) => {
+                if let Err(e) = self.storage.discard_checkpoint(id) {
+                    tracing::warn!(checkpoint = %id, error = %e, "could not delete a savepoint's working files");
+                }
+                tracing::info!(checkpoint = %id, path = %written.path.display(), "savepoint written");
+                self.savepoints.insert(id, written.path);
+                self.written.insert(id, (duration, size));
+                Event::MetadataWritten {
+                    checkpoint: id,
+                    metadata_bytes: written.metadata_bytes,
+                }
+            }
+            Err(e) => Event::MetadataWriteFailed {
+                checkpoint: id,
+                reason: format!("writing the savepoint to {} failed: {e}", target.display()),
+            },
         }
     }
 

@@ -19,11 +19,12 @@ use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::driver::{spawn_driver, DriverSetup};
 use crate::error::{JobError, TaskError};
 use crate::graph::{Erased, JobGraph, NodeRole};
+use crate::handle::JobHandle;
 use crate::injection::FailureInjection;
 use crate::metrics::SubtaskMetrics;
 use crate::operator::{OperatorContext, RestoredState};
 use crate::restart::{RestartDecision, RestartStrategy, RestartTracker};
-use crate::restore::{check_compatible, start_point, subtask_state, StartMode};
+use crate::restore::{start_point, subtask_state, StartMode};
 use crate::snapshot::SnapshotWorkers;
 use crate::task::TaskRuntime;
 
@@ -41,6 +42,24 @@ pub struct ExecutionConfig {
     pub snapshot_threads: usize,
     pub restart: RestartStrategy,
     pub failure_injection: Option<FailureInjection>,
+    /// Where savepoints go when a request names no directory.
+    pub savepoint_dir: Option<std::path::PathBuf>,
+    /// Start from this savepoint (or retained checkpoint directory).
+    pub from_savepoint: Option<std::path::PathBuf>,
+    /// Skip state whose operator uid is no longer in the job, instead of refusing to start.
+    pub allow_non_restored_state: bool,
+    pub claim_mode: ClaimMode,
+}
+
+/// Who owns the snapshot a job was started from (Flink's restore modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClaimMode {
+    /// The snapshot stays the user's: never deleted, never referenced after the first
+    /// checkpoint (which is a full one).
+    #[default]
+    NoClaim,
+    /// Weir takes the snapshot over and deletes it once a newer checkpoint completed.
+    Claim,
 }
 
 impl Default for ExecutionConfig {
@@ -54,23 +73,38 @@ impl Default for ExecutionConfig {
             snapshot_threads: 2,
             restart: RestartStrategy::None,
             failure_injection: None,
+            savepoint_dir: None,
+            from_savepoint: None,
+            allow_non_restored_state: false,
+            claim_mode: ClaimMode::NoClaim,
         }
     }
 }
 
-/// Asks a running job to stop cleanly: a final checkpoint, then the sources end.
+/// Asks a running job to stop cleanly (a final checkpoint, then the sources end) or to
+/// cancel (no final checkpoint).
 #[derive(Clone, Debug, Default)]
-pub struct StopHandle(Arc<AtomicBool>);
+pub struct StopHandle {
+    stop: Arc<AtomicBool>,
+    cancel: Arc<AtomicBool>,
+}
 
 impl StopHandle {
     pub fn new() -> StopHandle {
         StopHandle::default()
     }
     pub fn stop(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
     }
+    /// Stop or cancel was asked for.
     pub fn is_stopped(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.stop.load(Ordering::SeqCst) || self.is_cancelled()
+    }
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
     }
 }
 
@@ -109,6 +143,8 @@ pub struct JobSummary {
     pub restarts: u32,
     /// Per restart: milliseconds from the failure to the first record processed after it.
     pub recovery_ms: Vec<u64>,
+    /// The job was cancelled (no final checkpoint).
+    pub cancelled: bool,
     /// Completed checkpoints left in storage, oldest first.
     pub retained: Vec<CheckpointId>,
     pub stats: CheckpointStats,
@@ -116,6 +152,7 @@ pub struct JobSummary {
 
 struct Deployed {
     attempt: u32,
+    metrics: Vec<(SubtaskId, usize, u32, Arc<SubtaskMetrics>)>,
     uids: HashMap<SubtaskId, String>,
     threads: Vec<(SubtaskId, JoinHandle<()>)>,
     controls: HashMap<SubtaskId, Sender<TaskControl>>,
@@ -133,9 +170,39 @@ pub fn execute(
     stop: &StopHandle,
     progress: &mut dyn FnMut(&JobProgress),
 ) -> Result<JobSummary, JobError> {
+    let handle = JobHandle::new(graph, &config.checkpoint, stop.clone());
+    execute_job(graph, config, &handle, progress)
+}
+
+/// Like [`execute`], observed and controlled through `handle` (REST, metrics, CLI).
+pub fn execute_job(
+    graph: &JobGraph,
+    config: &ExecutionConfig,
+    handle: &JobHandle,
+    progress: &mut dyn FnMut(&JobProgress),
+) -> Result<JobSummary, JobError> {
+    let result = run_job(graph, config, handle, progress);
+    match &result {
+        Ok(summary) if summary.cancelled => handle.set_status(JobStatus::Cancelled),
+        Ok(_) => handle.set_status(JobStatus::Finished),
+        Err(e) => {
+            handle.set_failure(e.to_string());
+            handle.set_status(JobStatus::Failed);
+        }
+    }
+    result
+}
+
+fn run_job(
+    graph: &JobGraph,
+    config: &ExecutionConfig,
+    handle: &JobHandle,
+    progress: &mut dyn FnMut(&JobProgress),
+) -> Result<JobSummary, JobError> {
+    let stop = handle.stop_handle();
     graph.validate()?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let storage = CheckpointStorage::open(&config.checkpoint.dir, &graph.name)?;
+    let storage = CheckpointStorage::open_configured(&config.checkpoint, &graph.name)?;
     // Ids continue above every checkpoint directory ever created, complete or not.
     let max_id = storage.max_checkpoint_id()?.unwrap_or_default();
     let start = start_point(&storage, config.start)?;
@@ -143,10 +210,25 @@ pub fn execute(
         tracing::info!(checkpoint = %id, "deleted the files of a checkpoint that never completed");
     }
     if let Some(latest) = &start.latest {
-        check_compatible(graph, latest)?;
+        check_restorable(graph, latest, config.allow_non_restored_state)?;
         tracing::info!(checkpoint = %latest.checkpoint.id, "restoring from checkpoint");
     }
-    let restored_from = start.latest.as_ref().map(|m| m.checkpoint.id);
+    let savepoint = open_savepoint(graph, config, &start)?;
+    let claimed = savepoint
+        .as_ref()
+        .filter(|_| config.claim_mode == ClaimMode::Claim)
+        .and_then(|_| config.from_savepoint.clone());
+    let max_id = max_id.max(
+        savepoint
+            .as_ref()
+            .map(|(_, m)| m.checkpoint.id)
+            .unwrap_or_default(),
+    );
+    let restored_from = start
+        .latest
+        .as_ref()
+        .or(savepoint.as_ref().map(|(_, m)| m))
+        .map(|m| m.checkpoint.id);
 
     let (coordinator_tx, coordinator_rx) = crossbeam_channel::unbounded();
     let (events_tx, events_rx) = crossbeam_channel::unbounded();
@@ -154,6 +236,7 @@ pub fn execute(
         config.snapshot_threads,
         storage.clone(),
         coordinator_tx.clone(),
+        config.checkpoint.incremental,
     );
 
     let job = JobId::from_name(&graph.name);
@@ -200,26 +283,32 @@ pub fn execute(
                 .collect(),
             sources,
             checkpoint_timeout: config.checkpoint.timeout,
+            savepoint_dir: config.savepoint_dir.clone(),
         },
         coordinator,
         Box::new(StandaloneCheckpointIdCounter::starting_after(max_id)),
         storage.clone(),
         clock.clone(),
         coordinator_rx,
-        HashMap::new(),
+        handle.clone(),
         events_tx.clone(),
     );
+    handle.set_coordinator(Some(coordinator_tx.clone()));
 
     let mut restarts = RestartTracker::new(config.restart.clone());
     let mut watch = Watch::new();
+    watch.claimed = claimed;
     let mut recovery: Option<(Instant, u32)> = None;
     let mut attempt = 0;
+    let mut cancelled = false;
     let result = loop {
         let deployed = match deploy(
             graph,
             config,
-            &storage,
-            restore_from.as_ref(),
+            restore_from
+                .as_ref()
+                .map(|m| (&storage, m))
+                .or(savepoint.as_ref().map(|(s, m)| (s, m))),
             attempt,
             &coordinator_tx,
             &events_tx,
@@ -229,6 +318,8 @@ pub fn execute(
             Err(e) => break Err(e),
         };
         let _ = coordinator_tx.send(CoordinatorMessage::JobStatus(JobStatus::Running));
+        handle.set_attempt(attempt, restarts.restarts(), deployed.metrics.clone());
+        handle.set_status(JobStatus::Running);
         let outcome = watch.attempt(
             &deployed,
             &events_rx,
@@ -247,13 +338,23 @@ pub fn execute(
                     Some(failure) => failure,
                 }
             }
+            Outcome::Cancelled => {
+                shut_down(deployed, TaskControl::Cancel);
+                cancelled = true;
+                break Ok(());
+            }
             Outcome::Failed(failure) => {
                 let _ = coordinator_tx.send(CoordinatorMessage::JobStatus(JobStatus::Restarting));
+                handle.set_status(JobStatus::Restarting);
                 shut_down(deployed, TaskControl::Cancel);
                 failure
             }
         };
-        // Events of the cancelled attempt are stale now; keep only the checkpoint counts.
+        // Invariant: the attempt restores what the coordinator completed — not a checkpoint
+        // whose metadata was still being written — and sees no event of the failed attempt.
+        let (reply, latest) = crossbeam_channel::bounded(1);
+        let _ = coordinator_tx.send(CoordinatorMessage::Sync(reply));
+        let latest = latest.recv().ok().flatten();
         for event in events_rx.try_iter() {
             count_checkpoint(&mut watch.progress, event);
         }
@@ -271,9 +372,16 @@ pub fn execute(
             tracing::warn!("stopped while waiting to restart; the latest checkpoint stands");
             break Ok(());
         }
-        restore_from = match storage.find_latest() {
-            Ok(latest) => latest.metadata,
-            Err(e) => break Err(e.into()),
+        restore_from = match latest.map(|id| storage.read_metadata(id)) {
+            None => None,
+            Some(Ok(metadata)) => Some(metadata),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "the latest checkpoint is unusable; looking for an older one");
+                match storage.find_latest() {
+                    Ok(found) => found.metadata,
+                    Err(e) => break Err(e.into()),
+                }
+            }
         };
         attempt += 1;
         tracing::warn!(
@@ -286,9 +394,13 @@ pub fn execute(
         recovery = Some((failure.at, attempt));
     };
 
-    let drain = result.is_ok();
+    let drain = result.is_ok() && !cancelled;
+    handle.set_coordinator(None);
     let _ = coordinator_tx.send(CoordinatorMessage::Shutdown { drain });
     let stats = driver.join();
+    if let Ok(s) = &stats {
+        handle.set_final_stats(s.clone());
+    }
     drop(coordinator_tx);
     workers.join();
     for event in events_rx.try_iter() {
@@ -307,6 +419,7 @@ pub fn execute(
         last_checkpoint: p.last_checkpoint,
         restored_from,
         restarts: restarts.restarts(),
+        cancelled,
         recovery_ms: watch.recovery_ms,
         retained: storage.list_completed()?,
         stats,
@@ -322,6 +435,7 @@ struct Failure {
 
 enum Outcome {
     Finished,
+    Cancelled,
     Failed(Failure),
 }
 
@@ -332,6 +446,9 @@ enum StopReason {
     EndOfInput,
     /// Someone asked the job to stop: without a final checkpoint the last one stands.
     Requested,
+    /// Stop with a savepoint: if the savepoint fails, the job goes on (restarting from its
+    /// latest checkpoint, as its sources have already ended).
+    Savepoint,
 }
 
 /// Watches attempts of a job and keeps its progress across them.
@@ -340,6 +457,8 @@ struct Watch {
     progress: JobProgress,
     /// Records emitted by the sources of earlier attempts.
     records_before: u64,
+    /// A claimed savepoint, deleted once the first checkpoint after it completed.
+    claimed: Option<std::path::PathBuf>,
     recovery_ms: Vec<u64>,
 }
 
@@ -356,6 +475,7 @@ impl Watch {
                 last_checkpoint: None,
             },
             records_before: 0,
+            claimed: None,
             recovery_ms: Vec::new(),
         }
     }
@@ -415,7 +535,14 @@ impl Watch {
                     break failed(cause, recoverable);
                 }
                 Ok(JobEvent::JobFailed(reason)) => break failed(JobError::Failed(reason), true),
-                Ok(JobEvent::FinalCheckpointTriggered(id)) => final_checkpoint = Some(id),
+                Ok(JobEvent::FinalCheckpointTriggered { id, savepoint }) => {
+                    final_checkpoint = Some(id);
+                    if savepoint {
+                        stopping = Some(StopReason::Savepoint);
+                    } else if stopping.is_none() {
+                        stopping = Some(StopReason::Requested);
+                    }
+                }
                 Ok(JobEvent::FinalCheckpointFailed(reason)) => final_outcome = Some(Err(reason)),
                 Ok(JobEvent::FirstRecordProcessed { attempt }) => {
                     if let Some((failed_at, a)) = *recovery {
@@ -428,6 +555,21 @@ impl Watch {
                     }
                 }
                 Ok(event) => {
+                    if let (JobEvent::CheckpointCompleted { id, .. }, Some(path)) =
+                        (&event, &self.claimed)
+                    {
+                        // Invariant: a claimed savepoint goes only once a newer checkpoint holds
+                        // the job's whole state.
+                        match std::fs::remove_dir_all(path) {
+                            Ok(()) => {
+                                tracing::info!(checkpoint = %id, path = %path.display(), "deleted the claimed savepoint")
+                            }
+                            Err(e) => {
+                                tracing::warn!(path = %path.display(), error = %e, "could not delete the claimed savepoint")
+                            }
+                        }
+                        self.claimed = None;
+                    }
                     match &event {
                         JobEvent::CheckpointCompleted { id, .. }
                             if Some(*id) == final_checkpoint =>
@@ -460,8 +602,16 @@ impl Watch {
                             JobError::Failed(format!("the final checkpoint failed: {reason}"));
                         break failed(cause, true);
                     }
+                    (Some(StopReason::Savepoint), Some(Err(reason))) => {
+                        let cause =
+                            JobError::Failed(format!("stop with savepoint failed: {reason}"));
+                        break failed(cause, true);
+                    }
                     (Some(_), None) => {} // its outcome is on the way
                 }
+            }
+            if stop.is_cancelled() {
+                break Outcome::Cancelled;
             }
             if stop.is_stopped() && stopping.is_none() {
                 stopping = Some(StopReason::Requested);
@@ -543,6 +693,68 @@ fn subtask_ids(graph: &JobGraph) -> (Vec<SubtaskId>, Vec<SubtaskId>) {
     (sources, all)
 }
 
+/// Opens the savepoint the job starts from, if any, and checks that it fits the job.
+fn open_savepoint(
+    graph: &JobGraph,
+    config: &ExecutionConfig,
+    start: &crate::restore::StartPoint,
+) -> Result<Option<(CheckpointStorage, weir_storage::CheckpointMetadata)>, JobError> {
+    let Some(path) = &config.from_savepoint else {
+        return Ok(None);
+    };
+    if start.latest.is_some() {
+        return Err(JobError::Restore(format!(
+            "both --resume and --from-savepoint {} were given: choose one",
+            path.display()
+        )));
+    }
+    let (storage, metadata) = weir_storage::savepoint::open_savepoint(path)
+        .map_err(|e| JobError::Restore(format!("cannot restore from {}: {e}", path.display())))?;
+    check_restorable(graph, &metadata, config.allow_non_restored_state)?;
+    tracing::info!(path = %path.display(), checkpoint = %metadata.checkpoint.id, "restoring from savepoint");
+    Ok(Some((storage, metadata)))
+}
+
+/// Checks that a snapshot fits the job: the same max parallelism, and state only for operator
+/// uids the job has — unless skipping unmatched state was allowed.
+fn check_restorable(
+    graph: &JobGraph,
+    metadata: &weir_storage::CheckpointMetadata,
+    allow_non_restored_state: bool,
+) -> Result<(), JobError> {
+    if metadata.max_parallelism != graph.max_parallelism {
+        return Err(JobError::Restore(format!(
+            "checkpoint {} was taken with pipeline.max-parallelism {}, the job has {}; changing it would move every key, so it is refused",
+            metadata.checkpoint.id, metadata.max_parallelism, graph.max_parallelism
+        )));
+    }
+    let unmatched: Vec<&str> = metadata
+        .operators
+        .iter()
+        .filter(|op| !graph.nodes.iter().any(|n| n.uid == op.uid))
+        .filter(|op| {
+            metadata
+                .checkpoint
+                .subtask_states
+                .iter()
+                .any(|(s, st)| s.operator == op.id && !st.handles.is_empty())
+        })
+        .map(|op| op.uid.as_str())
+        .collect();
+    if unmatched.is_empty() {
+        return Ok(());
+    }
+    if allow_non_restored_state {
+        tracing::warn!(uids = ?unmatched, "skipping state of operators no longer in the job");
+        return Ok(());
+    }
+    Err(JobError::Restore(format!(
+        "checkpoint {} holds state for operator uid(s) not in this job: {}; pass --allow-non-restored-state to start without it",
+        metadata.checkpoint.id,
+        unmatched.join(", ")
+    )))
+}
+
 fn count_checkpoint(p: &mut JobProgress, event: JobEvent) {
     match event {
         JobEvent::CheckpointCompleted {
@@ -580,8 +792,7 @@ impl Deployed {
 fn deploy(
     graph: &JobGraph,
     config: &ExecutionConfig,
-    storage: &CheckpointStorage,
-    restore: Option<&weir_storage::CheckpointMetadata>,
+    restore: Option<(&CheckpointStorage, &weir_storage::CheckpointMetadata)>,
     attempt: u32,
     coordinator: &Sender<CoordinatorMessage>,
     events: &Sender<JobEvent>,
@@ -624,6 +835,7 @@ fn deploy(
 
     let mut deployed = Deployed {
         attempt,
+        metrics: Vec::new(),
         uids: HashMap::new(),
         threads: Vec::new(),
         controls: HashMap::new(),
@@ -632,6 +844,7 @@ fn deploy(
         all: Vec::new(),
     };
     let mut bodies = Vec::new();
+    let restore_start = Instant::now();
     for (node_index, node) in graph.nodes.iter().enumerate().take(n) {
         let uid: Arc<str> = Arc::from(node.uid.as_str());
         for index in 0..node.parallelism {
@@ -639,7 +852,9 @@ fn deploy(
             let key_groups =
                 KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
             let restored = match restore {
-                Some(metadata) => subtask_state(storage, metadata, node, index, key_groups)?,
+                Some((storage, metadata)) => {
+                    subtask_state(storage, metadata, node, index, key_groups)?
+                }
                 None => RestoredState::default(),
             };
             let (control_tx, control_rx) = crossbeam_channel::unbounded();
@@ -681,6 +896,9 @@ fn deploy(
             })?;
             deployed.controls.insert(subtask, control_tx);
             deployed.uids.insert(subtask, node.uid.clone());
+            deployed
+                .metrics
+                .push((subtask, node_index, index, metrics.clone()));
             deployed.all.push(subtask);
             if node.role == NodeRole::Source {
                 deployed.sources.push(subtask);
@@ -688,6 +906,18 @@ fn deploy(
             }
             bodies.push((subtask, format!("{}#{index}", node.uid), body));
         }
+    }
+    if let Some((_, metadata)) = restore {
+        let bytes = metadata.checkpoint.state_size();
+        let ms = restore_start.elapsed().as_millis() as u64;
+        let rate = bytes as f64 / 1e6 / (ms.max(1) as f64 / 1000.0);
+        tracing::info!(
+            checkpoint = %metadata.checkpoint.id,
+            bytes,
+            ms,
+            "restored {:.1} MB of state in {ms} ms ({rate:.0} MB/s)",
+            bytes as f64 / 1e6
+        );
     }
     // Invariant: the driver knows the new attempt before any of its subtasks can report, or it
     // would take their first messages for stale ones.

@@ -6,13 +6,19 @@
 //! gate reports [`GateEvent::Aligned`] and unblocks all. Records behind a barrier therefore
 //! never reach the operator before its snapshot. At-least-once: channels are never blocked;
 //! the snapshot happens when the last barrier arrives.
+//!
+//! Watermarks and idleness go through the gate's [`WatermarkValve`]: the subtask's watermark is
+//! the minimum over its live, active inputs. They travel in the same FIFO channels as records
+//! and barriers, so a watermark never overtakes a barrier (or a record) sent before it, and a
+//! channel blocked for alignment delivers no watermark either until it is unblocked.
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use weir_core::{Barrier, CheckpointId, CheckpointingMode, Element};
+use weir_core::{Barrier, CheckpointId, CheckpointingMode, Element, WatermarkStatus};
 
 use crate::control::TaskControl;
 use crate::error::TaskError;
+use crate::watermark_valve::{ValveOutput, WatermarkValve};
 
 /// What the gate hands its task loop.
 #[derive(Debug)]
@@ -20,6 +26,8 @@ pub enum GateEvent<T> {
     Records(Vec<T>),
     /// The minimum watermark over all inputs advanced.
     Watermark(i64),
+    /// Every live input became idle, or one became active again.
+    WatermarkStatus(WatermarkStatus),
     /// A barrier arrived on every live channel: snapshot now, then forward it.
     Aligned {
         barrier: Barrier,
@@ -52,8 +60,9 @@ pub struct InputGate<T> {
     alignment: Option<Alignment>,
     /// The newest checkpoint this gate aligned or abandoned; older barriers are ignored.
     last_checkpoint: CheckpointId,
-    watermarks: Vec<i64>,
-    watermark: i64,
+    valve: WatermarkValve,
+    /// The second half of a valve output that produced two events.
+    pending: Option<GateEvent<T>>,
     next: usize,
 }
 
@@ -74,8 +83,8 @@ impl<T> InputGate<T> {
             end_reported: false,
             alignment: None,
             last_checkpoint: CheckpointId(0),
-            watermarks: vec![i64::MIN; n],
-            watermark: i64::MIN,
+            valve: WatermarkValve::new(n),
+            pending: None,
             next: 0,
         }
     }
@@ -87,6 +96,9 @@ impl<T> InputGate<T> {
 
     /// Waits for the next event, until `deadline` if one is given.
     pub fn next(&mut self, deadline: Option<Instant>) -> Result<GateEvent<T>, TaskError> {
+        if let Some(event) = self.pending.take() {
+            return Ok(event);
+        }
         loop {
             if self.live == 0 && !self.end_reported {
                 self.end_reported = true;
@@ -181,8 +193,12 @@ impl<T> InputGate<T> {
         match element {
             Element::Records(batch) => Some(GateEvent::Records(batch)),
             Element::Watermark(w) => {
-                self.watermarks[i] = self.watermarks[i].max(w);
-                self.advance_watermark()
+                let out = self.valve.on_watermark(i, w);
+                self.valve_event(out)
+            }
+            Element::WatermarkStatus(status) => {
+                let out = self.valve.on_status(i, status);
+                self.valve_event(out)
             }
             Element::Barrier(barrier) => self.on_barrier(i, barrier),
             Element::EndOfInput => {
@@ -190,30 +206,38 @@ impl<T> InputGate<T> {
                     self.ended[i] = true;
                     self.live -= 1;
                 }
+                let out = self.valve.on_end(i);
                 if self.alignment.is_some() {
                     if let Some(aligned) = self.check_aligned() {
+                        // The watermark the ended channel released follows the snapshot.
+                        self.pending = self.valve_event(out);
                         return Some(aligned);
                     }
                 }
-                self.advance_watermark()
+                self.valve_event(out)
             }
         }
     }
 
-    fn advance_watermark(&mut self) -> Option<GateEvent<T>> {
-        let min = self
-            .watermarks
-            .iter()
-            .zip(&self.ended)
-            .filter(|(_, ended)| !**ended)
-            .map(|(w, _)| *w)
-            .min()
-            .unwrap_or(i64::MAX);
-        if min > self.watermark && min != i64::MAX {
-            self.watermark = min;
-            Some(GateEvent::Watermark(min))
-        } else {
-            None
+    /// The subtask's current watermark.
+    pub fn watermark(&self) -> i64 {
+        self.valve.watermark()
+    }
+
+    /// Turns a valve output into at most one event now, keeping a second one for the next call.
+    fn valve_event(&mut self, out: ValveOutput) -> Option<GateEvent<T>> {
+        match (out.status, out.watermark) {
+            (None, None) => None,
+            (None, Some(w)) => Some(GateEvent::Watermark(w)),
+            (Some(s), None) => Some(GateEvent::WatermarkStatus(s)),
+            (Some(WatermarkStatus::Active), Some(w)) => {
+                self.pending = Some(GateEvent::Watermark(w));
+                Some(GateEvent::WatermarkStatus(WatermarkStatus::Active))
+            }
+            (Some(WatermarkStatus::Idle), Some(w)) => {
+                self.pending = Some(GateEvent::WatermarkStatus(WatermarkStatus::Idle));
+                Some(GateEvent::Watermark(w))
+            }
         }
     }
 

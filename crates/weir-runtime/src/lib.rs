@@ -17,6 +17,7 @@ pub mod error;
 pub mod executor;
 pub mod gate;
 pub mod graph;
+pub mod handle;
 pub mod injection;
 pub mod metrics;
 pub mod operator;
@@ -25,11 +26,19 @@ pub mod output;
 pub mod partition;
 pub mod restart;
 pub mod restore;
+pub mod side_output;
 pub mod snapshot;
 pub mod task;
+pub mod timer_service;
+pub mod watermark;
+pub mod watermark_valve;
 
 pub use error::{JobError, TaskError};
-pub use executor::{execute, ExecutionConfig, JobProgress, JobSummary, LastCheckpoint, StopHandle};
+pub use executor::{
+    execute, execute_job, ClaimMode, ExecutionConfig, JobProgress, JobSummary, LastCheckpoint,
+    StopHandle,
+};
+pub use handle::{JobHandle, RequestStatus};
 pub use operator::{OneInputOperator, OperatorContext, SourceFunction, SourceStatus};
 pub use output::Output;
 pub use restore::StartMode;

@@ -2,7 +2,7 @@
 //! operator is a one-input operator over [`Either`](crate::channel::Either)).
 
 use weir_core::{CheckpointId, KeyGroupRange};
-use weir_state::{FrozenTable, KeyedSnapshotReader, OperatorStateSnapshot};
+use weir_state::{FrozenTable, KeyedSnapshotPlan, KeyedSnapshotReader, OperatorStateSnapshot};
 
 use crate::error::TaskError;
 use crate::output::Output;
@@ -25,6 +25,9 @@ pub struct OperatorContext {
 pub struct OperatorSnapshot {
     pub keyed: Vec<Box<dyn FrozenTable>>,
     pub operator: Option<OperatorStateSnapshot>,
+    /// For incremental checkpoints: which key groups of `keyed` to write, and which to reuse
+    /// from the last completed checkpoint. `None` writes all of them.
+    pub incremental: Option<KeyedSnapshotPlan>,
 }
 
 /// State handed to an operator when it opens after a restore.
@@ -70,7 +73,24 @@ pub trait OneInputOperator<I, O>: Send + 'static {
         Ok(())
     }
     fn process_batch(&mut self, batch: Vec<I>, out: &mut Output<O>) -> Result<(), TaskError>;
+    /// The input's watermark advanced to `watermark`: fire what it completes (event-time timers,
+    /// windows). The task loop forwards the watermark downstream afterwards, behind everything
+    /// emitted here, unless [`forwards_watermarks`](Self::forwards_watermarks) is false.
     fn watermark(&mut self, _watermark: i64, _out: &mut Output<O>) -> Result<(), TaskError> {
+        Ok(())
+    }
+    /// Whether the task loop forwards the input's watermarks; operators that make watermarks
+    /// of their own say no.
+    fn forwards_watermarks(&self) -> bool {
+        true
+    }
+    /// How long until the earliest processing-time timer is due, if there is one. The task loop
+    /// wakes up then and calls [`on_processing_time`](Self::on_processing_time).
+    fn next_processing_timer(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// Fires the processing-time timers that are due. Called on the task loop, between batches.
+    fn on_processing_time(&mut self, _out: &mut Output<O>) -> Result<(), TaskError> {
         Ok(())
     }
     /// Synchronous snapshot phase: must not grow with the amount of state.

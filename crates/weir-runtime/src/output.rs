@@ -2,7 +2,7 @@
 //! batches to the writers of every outgoing edge.
 
 use std::time::Instant;
-use weir_core::Barrier;
+use weir_core::{Barrier, WatermarkStatus};
 
 use crate::error::TaskError;
 use crate::partition::EdgeWriter;
@@ -19,6 +19,10 @@ pub struct Output<T> {
     buffered_since: Option<Instant>,
     records_out: u64,
     error: Option<TaskError>,
+    /// The last watermark sent downstream.
+    // Invariant: watermarks leave an Output in strictly increasing order.
+    watermark: i64,
+    idle: bool,
 }
 
 impl<T: Clone + Send> Output<T> {
@@ -30,6 +34,8 @@ impl<T: Clone + Send> Output<T> {
             buffered_since: None,
             records_out: 0,
             error: None,
+            watermark: i64::MIN,
+            idle: false,
         }
     }
 
@@ -124,11 +130,47 @@ impl<T: Clone + Send> Output<T> {
         self.writers.iter_mut().try_for_each(|w| w.barrier(barrier))
     }
 
-    pub(crate) fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+    /// Sends a watermark downstream, after every record emitted before it. A watermark that
+    /// is not larger than the last one sent is dropped, so event time never goes backwards.
+    /// Operators whose own watermarks replace their input's (timestamp assigners) call this;
+    /// others let the task loop forward their input's watermark.
+    pub fn emit_watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
         self.flush()?;
         self.writers
             .iter_mut()
             .try_for_each(|w| w.watermark(watermark))
+    }
+
+    /// The last watermark sent downstream (`i64::MIN` before the first).
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    pub(crate) fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
+        self.emit_watermark(watermark)
+    }
+
+    /// Tells every consumer that this producer became idle or active; repeated statuses are
+    /// dropped.
+    pub fn emit_watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
+        let idle = status == WatermarkStatus::Idle;
+        if idle == self.idle {
+            return Ok(());
+        }
+        self.idle = idle;
+        self.flush()?;
+        self.writers
+            .iter_mut()
+            .try_for_each(|w| w.watermark_status(status))
+    }
+
+    /// Whether the last status sent was idle.
+    pub fn is_idle(&self) -> bool {
+        self.idle
     }
 
     pub(crate) fn end_of_input(&mut self) -> Result<(), TaskError> {

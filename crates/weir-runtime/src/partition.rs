@@ -5,7 +5,7 @@
 //! loop over the records.
 
 use std::marker::PhantomData;
-use weir_core::{Barrier, Element};
+use weir_core::{Barrier, Element, WatermarkStatus};
 use weir_state::{key_group_for_hash, StableHash};
 
 use crate::channel::ChannelSink;
@@ -38,6 +38,8 @@ pub trait EdgeWriter<T>: Send {
     fn end_of_input(&mut self) -> Result<(), TaskError>;
     /// Flushes, then sends a watermark to every consumer.
     fn watermark(&mut self, watermark: i64) -> Result<(), TaskError>;
+    /// Flushes, then tells every consumer that this producer became idle or active.
+    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError>;
 }
 
 /// Sends control elements to all channels of a writer.
@@ -82,6 +84,9 @@ impl<T: Send> EdgeWriter<T> for RoundRobinWriter<T> {
     fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
         send_all(&self.channels, || Element::Watermark(watermark))
     }
+    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
+        send_all(&self.channels, || Element::WatermarkStatus(status))
+    }
 }
 
 /// Broadcast: every batch to every channel.
@@ -117,6 +122,9 @@ impl<T: Clone + Send> EdgeWriter<T> for BroadcastWriter<T> {
     }
     fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
         send_all(&self.channels, || Element::Watermark(watermark))
+    }
+    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
+        send_all(&self.channels, || Element::WatermarkStatus(status))
     }
 }
 
@@ -197,5 +205,9 @@ where
     fn watermark(&mut self, watermark: i64) -> Result<(), TaskError> {
         self.flush()?;
         send_all(&self.channels, || Element::Watermark(watermark))
+    }
+    fn watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
+        self.flush()?;
+        send_all(&self.channels, || Element::WatermarkStatus(status))
     }
 }

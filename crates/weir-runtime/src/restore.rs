@@ -1,9 +1,13 @@
 //! Starting a job over its checkpoint directory: refuse to overwrite by accident, discard on
 //! `--fresh`, or find the checkpoint to resume from and hand each subtask its share of it.
 
-use weir_core::{HandleKind, KeyGroupRange};
-use weir_state::{redistribute_operator_state, KeyedSnapshotReader, OperatorStateSnapshot};
-use weir_storage::{CheckpointMetadata, CheckpointStorage};
+use std::collections::HashMap;
+use weir_core::{HandleKind, KeyGroupRange, OperatorId, StateHandle, SubtaskState};
+use weir_state::{
+    is_manifest, redistribute_operator_state, KeyedManifest, KeyedSnapshotReader,
+    OperatorStateSnapshot,
+};
+use weir_storage::{CheckpointMetadata, CheckpointStorage, StorageError};
 
 use crate::error::JobError;
 use crate::graph::{JobGraph, Node};
@@ -38,7 +42,7 @@ pub fn start_point(storage: &CheckpointStorage, mode: StartMode) -> Result<Start
             if let Some(newest) = existing.last() {
                 return Err(JobError::Restore(format!(
                     "{} holds {} checkpoint(s) of this job (newest: chk-{newest}); pass --resume to continue from the latest one, or --fresh to delete them and start over",
-                    storage.root().display(),
+                    storage.root(),
                     existing.len()
                 )));
             }
@@ -51,12 +55,15 @@ pub fn start_point(storage: &CheckpointStorage, mode: StartMode) -> Result<Start
         StartMode::Resume => {
             let found = storage.find_latest()?;
             for (id, error) in &found.skipped {
-                tracing::warn!(checkpoint = %id, %error, "skipping unusable checkpoint");
+                tracing::warn!("checkpoint {id} is unusable: {error}");
             }
             match found.metadata {
                 Some(latest) => {
-                    if !found.skipped.is_empty() {
-                        tracing::warn!(checkpoint = %latest.checkpoint.id, "falling back to an older checkpoint");
+                    if let Some((newest, _)) = found.skipped.first() {
+                        tracing::warn!(
+                            "falling back from checkpoint {newest} to the previous retained checkpoint {}",
+                            latest.checkpoint.id
+                        );
                     }
                     Ok(StartPoint {
                         latest: Some(latest),
@@ -64,7 +71,7 @@ pub fn start_point(storage: &CheckpointStorage, mode: StartMode) -> Result<Start
                     })
                 }
                 None if found.skipped.is_empty() => {
-                    tracing::info!(dir = %storage.root().display(), "no completed checkpoint to resume from; starting from the beginning");
+                    tracing::info!(dir = %storage.root(), "no completed checkpoint to resume from; starting from the beginning");
                     Ok(none)
                 }
                 None => {
@@ -75,7 +82,7 @@ pub fn start_point(storage: &CheckpointStorage, mode: StartMode) -> Result<Start
                         .collect();
                     Err(JobError::Restore(format!(
                         "no usable checkpoint in {}; nothing was changed. {}",
-                        storage.root().display(),
+                        storage.root(),
                         reasons.join("; ")
                     )))
                 }
@@ -116,8 +123,9 @@ pub fn check_compatible(graph: &JobGraph, metadata: &CheckpointMetadata) -> Resu
 }
 
 /// Reads and assigns the state of subtask `index` of `node` (at the node's current
-/// parallelism) from `metadata`: keyed state of the key groups it now owns, and its share of
-/// the operator state redistributed round-robin.
+/// parallelism) from `metadata`: keyed state of the key groups it now owns (see
+/// [`read_keyed_state`]), and its share of the operator state redistributed round-robin. Every
+/// file's checksum is verified; an error names the checkpoint and the file.
 pub fn subtask_state(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
@@ -126,57 +134,28 @@ pub fn subtask_state(
     key_groups: KeyGroupRange,
 ) -> Result<RestoredState, JobError> {
     let id = node.id();
-    let mut keyed = Vec::new();
+    let keyed = read_keyed_state(storage, metadata, id, key_groups).map_err(|e| match e {
+        JobError::Restore(m) if m.contains(LACKS) => {
+            JobError::Restore(m.replace(LACKS, &format!("lacks keyed state of '{}' for", node.uid)))
+        }
+        e => e,
+    })?;
     let mut operator = Vec::new();
     let mut saw_operator_state = false;
-    let first = weir_core::SubtaskId::new(id, 0);
-    let last = weir_core::SubtaskId::new(id, u32::MAX);
-    for state in metadata
-        .checkpoint
-        .subtask_states
-        .range(first..=last)
-        .map(|(_, s)| s)
-    {
+    for state in subtask_states(metadata, id) {
         for handle in &state.handles {
-            match handle.kind {
-                HandleKind::Keyed { key_groups: old }
-                    if old.start < key_groups.end && key_groups.start < old.end =>
-                {
-                    let bytes = storage.read_state_file(handle)?;
-                    keyed.push(KeyedSnapshotReader::decode(&bytes).map_err(|e| {
-                        JobError::Restore(format!(
-                            "{} in checkpoint {}: {e}",
-                            handle.path, metadata.checkpoint.id
-                        ))
-                    })?);
-                }
-                HandleKind::Keyed { .. } => {}
-                HandleKind::Operator => {
-                    saw_operator_state = true;
-                    let bytes = storage.read_state_file(handle)?;
-                    operator.push(OperatorStateSnapshot::decode(&bytes).map_err(|e| {
-                        JobError::Restore(format!(
-                            "{} in checkpoint {}: {e}",
-                            handle.path, metadata.checkpoint.id
-                        ))
-                    })?);
-                }
+            if handle.kind == HandleKind::Operator {
+                saw_operator_state = true;
+                let bytes = storage
+                    .read_state_file(handle)
+                    .map_err(|e| located(storage, metadata, e))?;
+                operator.push(
+                    OperatorStateSnapshot::decode(&bytes)
+                        .map_err(|e| unusable(storage, metadata, &handle.path, e))?,
+                );
             }
         }
     }
-    let keyed = if keyed.is_empty() {
-        None
-    } else {
-        let reader =
-            KeyedSnapshotReader::merge(keyed).map_err(|e| JobError::Restore(e.to_string()))?;
-        reader.check_covers(key_groups).map_err(|e| {
-            JobError::Restore(format!(
-                "checkpoint {} lacks keyed state of '{}' for key groups {key_groups}: {e}",
-                metadata.checkpoint.id, node.uid
-            ))
-        })?;
-        Some(reader)
-    };
     let operator = if saw_operator_state {
         redistribute_operator_state(operator, node.parallelism)
             .into_iter()
@@ -185,4 +164,127 @@ pub fn subtask_state(
         None
     };
     Ok(RestoredState { keyed, operator })
+}
+
+const LACKS: &str = "lacks keyed state for";
+
+/// The keyed state of operator `operator` for the key groups `key_groups` in checkpoint
+/// `metadata`, merged from every old subtask whose range overlaps them: from full snapshots,
+/// or from incremental manifests and the shared files they chain. `None` if the operator has
+/// no keyed state there. Every file's checksum is verified; an error names the checkpoint and
+/// the file.
+pub fn read_keyed_state(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    operator: OperatorId,
+    key_groups: KeyGroupRange,
+) -> Result<Option<KeyedSnapshotReader>, JobError> {
+    let checkpoint = metadata.checkpoint.id;
+    let mut keyed = Vec::new();
+    for state in subtask_states(metadata, operator) {
+        for handle in &state.handles {
+            match handle.kind {
+                // Shared files are read through the manifest that chains them.
+                HandleKind::Keyed { .. } if handle.shared => {}
+                HandleKind::Keyed { key_groups: old }
+                    if old.start < key_groups.end && key_groups.start < old.end =>
+                {
+                    let bytes = storage
+                        .read_state_file(handle)
+                        .map_err(|e| located(storage, metadata, e))?;
+                    let unusable = |e| unusable(storage, metadata, &handle.path, e);
+                    let reader = if is_manifest(&bytes) {
+                        let manifest = KeyedManifest::decode(&bytes).map_err(unusable)?;
+                        let files = read_chained_files(storage, &manifest, state, key_groups)
+                            .map_err(|e| located(storage, metadata, e))?;
+                        manifest.reader(key_groups, files).map_err(unusable)?
+                    } else {
+                        KeyedSnapshotReader::decode_vec(bytes).map_err(unusable)?
+                    };
+                    keyed.push(reader);
+                }
+                _ => {}
+            }
+        }
+    }
+    if keyed.is_empty() {
+        return Ok(None);
+    }
+    let reader = KeyedSnapshotReader::merge(keyed)
+        .map_err(|e| JobError::Restore(format!("checkpoint {checkpoint}: {e}")))?;
+    reader.check_covers(key_groups).map_err(|e| {
+        JobError::Restore(format!(
+            "checkpoint {checkpoint} {LACKS} key groups {key_groups}: {e}"
+        ))
+    })?;
+    Ok(Some(reader))
+}
+
+fn subtask_states(
+    metadata: &CheckpointMetadata,
+    operator: OperatorId,
+) -> impl Iterator<Item = &SubtaskState> {
+    let first = weir_core::SubtaskId::new(operator, 0);
+    let last = weir_core::SubtaskId::new(operator, u32::MAX);
+    metadata
+        .checkpoint
+        .subtask_states
+        .range(first..=last)
+        .map(|(_, s)| s)
+}
+
+fn located(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    e: StorageError,
+) -> JobError {
+    JobError::Storage(e.in_checkpoint(metadata.checkpoint.id.0, &storage.root().to_string()))
+}
+
+fn unusable(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    path: &str,
+    e: weir_state::StateError,
+) -> JobError {
+    JobError::Restore(format!(
+        "checkpoint {}: {} is unusable: {e}",
+        metadata.checkpoint.id,
+        storage.display(path)
+    ))
+}
+
+/// Reads (and verifies) the shared files a manifest chains for the key groups `range`. Each is
+/// found among the subtask's handles by path or, for a copy under another name (a savepoint),
+/// by size and checksum.
+fn read_chained_files(
+    storage: &CheckpointStorage,
+    manifest: &KeyedManifest,
+    state: &SubtaskState,
+    range: KeyGroupRange,
+) -> Result<HashMap<String, Vec<u8>>, StorageError> {
+    let mut files = HashMap::new();
+    for file in manifest.files_for(range) {
+        let handle = state
+            .handles
+            .iter()
+            .find(|h| h.path == file.path)
+            .or_else(|| {
+                state
+                    .handles
+                    .iter()
+                    .find(|h| h.size == file.size && h.checksum == file.checksum)
+            })
+            .cloned()
+            .unwrap_or_else(|| StateHandle {
+                path: file.path.clone(),
+                size: file.size,
+                checksum: file.checksum,
+                kind: HandleKind::Operator,
+                shared: true,
+            });
+        let bytes = storage.read_state_file(&handle)?;
+        files.insert(file.path.clone(), bytes);
+    }
+    Ok(files)
 }

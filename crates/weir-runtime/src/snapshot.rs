@@ -1,13 +1,20 @@
 //! The asynchronous part of snapshots: a small pool of workers that serialise frozen state,
 //! write it to checkpoint storage, and acknowledge (or decline) to the coordinator — while the
 //! subtask that took the snapshot keeps processing.
+//!
+//! With incremental checkpoints (`execution.checkpointing.incremental`, the default) a keyed
+//! snapshot follows the plan its synchronous phase made: only changed key groups are written,
+//! into one new shared file, and a small manifest in the checkpoint's directory chains them
+//! with the blobs of earlier checkpoints. Otherwise every key group is written into one private
+//! file. Any error declines the checkpoint; the subtask keeps running.
 
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 use weir_checkpoint::AckMetrics;
-use weir_core::{CheckpointId, HandleKind, KeyGroupRange, SubtaskId, SubtaskState};
+use weir_core::{CheckpointId, HandleKind, KeyGroupRange, StateHandle, SubtaskId, SubtaskState};
+use weir_state::{encode_incremental, KeyedSnapshotPlan, SharedStateFile};
 use weir_storage::{CheckpointLayout, CheckpointStorage};
 
 use crate::control::CoordinatorMessage;
@@ -20,6 +27,8 @@ pub struct SnapshotJob {
     pub subtask: SubtaskId,
     pub uid: Arc<str>,
     pub checkpoint: CheckpointId,
+    /// Savepoints are always written in full: they must stand alone, without shared files.
+    pub savepoint: bool,
     pub snapshot: OperatorSnapshot,
     pub key_groups: KeyGroupRange,
     pub sync_ms: u64,
@@ -38,10 +47,12 @@ pub struct SnapshotWorkers {
 }
 
 impl SnapshotWorkers {
+    /// Starts `threads` workers writing to `storage`, incrementally if `incremental`.
     pub fn start(
         threads: usize,
         storage: CheckpointStorage,
         coordinator: Sender<CoordinatorMessage>,
+        incremental: bool,
     ) -> SnapshotWorkers {
         let (sender, receiver) = crossbeam_channel::unbounded::<SnapshotJob>();
         let handles = (0..threads.max(1))
@@ -51,7 +62,7 @@ impl SnapshotWorkers {
                 let coordinator = coordinator.clone();
                 std::thread::Builder::new()
                     .name(format!("weir-snapshot-{i}"))
-                    .spawn(move || work(receiver, storage, coordinator))
+                    .spawn(move || work(receiver, storage, coordinator, incremental))
                     .expect("spawn snapshot worker")
             })
             .collect();
@@ -75,13 +86,14 @@ fn work(
     jobs: Receiver<SnapshotJob>,
     storage: CheckpointStorage,
     coordinator: Sender<CoordinatorMessage>,
+    incremental: bool,
 ) {
     for job in jobs {
         let subtask = job.subtask;
         let checkpoint = job.checkpoint;
         let attempt = job.attempt;
         let job_done = job.done.clone();
-        let message = match persist(&storage, job) {
+        let message = match persist(&storage, incremental, job) {
             Ok((state, metrics)) => CoordinatorMessage::Ack {
                 attempt,
                 subtask,
@@ -110,10 +122,10 @@ fn work(
 /// Serialises and writes one snapshot; any failure becomes the decline reason.
 fn persist(
     storage: &CheckpointStorage,
+    incremental: bool,
     job: SnapshotJob,
 ) -> Result<(SubtaskState, AckMetrics), String> {
     let async_start = Instant::now();
-    let mut handles = Vec::new();
     let index = job.subtask.index;
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         format!(
@@ -121,27 +133,48 @@ fn persist(
             job.uid, job.checkpoint
         )
     };
+    let mut state = SubtaskState::default();
+    // The shared file this snapshot wrote: nobody references it before the acknowledgement,
+    // so a failure after it was written deletes it.
+    let mut new_shared = None;
     if !job.snapshot.keyed.is_empty() {
-        let bytes = weir_state::encode_keyed_snapshot(&job.snapshot.keyed, job.key_groups)
-            .map_err(|e| fail("encoding keyed state", &e))?;
-        let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "keyed");
-        let kind = HandleKind::Keyed {
-            key_groups: job.key_groups,
-        };
-        handles.push(
-            storage
-                .write_state_file(path, kind, &bytes)
-                .map_err(|e| fail("writing keyed state", &e))?,
-        );
+        // Savepoints are written in full: they must stand alone, without shared files.
+        match (&job.snapshot.incremental, incremental && !job.savepoint) {
+            (Some(plan), true) => {
+                let (s, written) =
+                    persist_incremental(storage, &job, plan).map_err(|(what, e)| fail(what, &e))?;
+                state = s;
+                new_shared = written;
+            }
+            _ => {
+                let bytes = weir_state::encode_keyed_snapshot(&job.snapshot.keyed, job.key_groups)
+                    .map_err(|e| fail("encoding keyed state", &e))?;
+                let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "keyed");
+                let kind = HandleKind::Keyed {
+                    key_groups: job.key_groups,
+                };
+                let handle = storage
+                    .write_state_file(path, kind, &bytes)
+                    .map_err(|e| fail("writing keyed state", &e))?;
+                state = SubtaskState::from_handles(vec![handle]);
+            }
+        }
     }
     if let Some(op_state) = &job.snapshot.operator {
         let bytes = op_state.encode();
         let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "op");
-        handles.push(
-            storage
-                .write_state_file(path, HandleKind::Operator, &bytes)
-                .map_err(|e| fail("writing operator state", &e))?,
-        );
+        let handle = match storage.write_state_file(path, HandleKind::Operator, &bytes) {
+            Ok(h) => h,
+            Err(e) => {
+                if let Some(path) = &new_shared {
+                    discard_unacknowledged(storage, path);
+                }
+                return Err(fail("writing operator state", &e));
+            }
+        };
+        state.state_size += handle.size;
+        state.persisted_size += handle.size;
+        state.handles.push(handle);
     }
     let metrics = AckMetrics {
         sync_duration_ms: job.sync_ms,
@@ -149,5 +182,98 @@ fn persist(
         alignment_duration_ms: job.alignment_ms,
         start_delay_ms: job.start_delay_ms,
     };
-    Ok((SubtaskState::from_handles(handles), metrics))
+    Ok((state, metrics))
+}
+
+fn discard_unacknowledged(storage: &CheckpointStorage, path: &str) {
+    if let Err(e) = storage.discard_file(path) {
+        tracing::warn!(%path, error = %e, "could not delete the file of a failed snapshot");
+    }
+}
+
+/// Writes the key groups the plan changed into one new shared file and the subtask's manifest
+/// into the checkpoint's directory; acknowledges the manifest (private), the new file and every
+/// earlier shared file the manifest still references (shared, reference-counted).
+fn persist_incremental(
+    storage: &CheckpointStorage,
+    job: &SnapshotJob,
+    plan: &KeyedSnapshotPlan,
+) -> Result<(SubtaskState, Option<String>), (&'static str, String)> {
+    let index = job.subtask.index;
+    let kind = HandleKind::Keyed {
+        key_groups: job.key_groups,
+    };
+    let mut encoding = encode_incremental(&job.snapshot.keyed, job.key_groups, plan)
+        .map_err(|e| ("encoding keyed state", e.to_string()))?;
+    let mut written = Vec::new();
+    let mut file = None;
+    if let Some(data) = encoding.data.take() {
+        let path = CheckpointLayout::shared_file(job.checkpoint, &job.uid, index, nonce(job));
+        let handle = storage
+            .write_shared_file(path, kind, data)
+            .map_err(|e| ("writing shared keyed state", e.to_string()))?;
+        file = Some(Arc::new(SharedStateFile {
+            path: handle.path.clone(),
+            size: handle.size,
+            checksum: handle.checksum,
+        }));
+        written.push(handle);
+    }
+    // A file this snapshot wrote is not referenced by anybody yet: on failure, it goes.
+    let clean_up = |written: &[StateHandle]| {
+        for h in written {
+            discard_unacknowledged(storage, &h.path);
+        }
+    };
+    let (chains, manifest) = match encoding.finish(plan, file) {
+        Ok(done) => done,
+        Err(e) => {
+            clean_up(&written);
+            return Err(("assembling the manifest", e.to_string()));
+        }
+    };
+    let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "keyed");
+    let manifest_handle = match storage.write_state_file(path, kind, &manifest) {
+        Ok(h) => h,
+        Err(e) => {
+            clean_up(&written);
+            return Err(("writing the keyed state manifest", e.to_string()));
+        }
+    };
+    let persisted_size = manifest_handle.size + written.iter().map(|h| h.size).sum::<u64>();
+    let new_shared = written.first().map(|h| h.path.clone());
+    let mut handles = vec![manifest_handle];
+    handles.extend(written);
+    for chain in chains.iter().flatten() {
+        for blob in chain.iter() {
+            if !handles.iter().any(|h| h.path == blob.file.path) {
+                handles.push(StateHandle {
+                    path: blob.file.path.clone(),
+                    size: blob.file.size,
+                    checksum: blob.file.checksum,
+                    kind,
+                    shared: true,
+                });
+            }
+        }
+    }
+    plan.base.record_written(plan, chains);
+    let state_size = handles.iter().map(|h| h.size).sum();
+    Ok((
+        SubtaskState {
+            handles,
+            state_size,
+            persisted_size,
+        },
+        new_shared,
+    ))
+}
+
+/// A number that makes a shared file's name unique even if a checkpoint id were reused.
+fn nonce(job: &SnapshotJob) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    (job.checkpoint.0, job.subtask.index, &*job.uid).hash(&mut h);
+    std::time::SystemTime::now().hash(&mut h);
+    h.finish()
 }

@@ -18,6 +18,7 @@ use crate::operator::{
 };
 use crate::output::Output;
 use crate::snapshot::SnapshotJob;
+use crate::watermark::{NoWatermarks, SourceWatermarks};
 
 /// Everything a subtask's loop needs besides its operator, gate and output.
 pub struct TaskRuntime {
@@ -68,6 +69,7 @@ impl TaskRuntime {
                     subtask: self.subtask,
                     uid: self.uid.clone(),
                     checkpoint: barrier.id,
+                    savepoint: barrier.kind == weir_core::CheckpointKind::Savepoint,
                     snapshot,
                     key_groups: self.ctx.key_groups,
                     sync_ms: sync_start.elapsed().as_millis() as u64,
@@ -153,7 +155,13 @@ where
     op.open(&rt.ctx, std::mem::take(&mut rt.restored))?;
     rt.report(TaskStatus::Running);
     loop {
-        let deadline = out.buffered_since().map(|t| t + rt.buffer_timeout);
+        let flush_at = out.buffered_since().map(|t| t + rt.buffer_timeout);
+        // Processing-time timers fire here, on the task loop, never from another thread.
+        let timer_at = op.next_processing_timer().map(|d| Instant::now() + d);
+        let deadline = match (flush_at, timer_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match gate.next(deadline)? {
             GateEvent::Records(batch) => {
                 rt.metrics.add_in(batch.len() as u64);
@@ -163,8 +171,12 @@ where
             }
             GateEvent::Watermark(w) => {
                 op.watermark(w, &mut out)?;
-                out.watermark(w)?;
+                out.take_error()?;
+                if op.forwards_watermarks() {
+                    out.watermark(w)?;
+                }
             }
+            GateEvent::WatermarkStatus(status) => out.emit_watermark_status(status)?,
             GateEvent::Aligned {
                 barrier,
                 alignment_ms,
@@ -187,7 +199,15 @@ where
                 rt.metrics.set_out(out.records_out());
                 return rt.serve_until_shutdown(|id| op.notify_complete(id));
             }
-            GateEvent::Timeout => out.flush()?,
+            GateEvent::Timeout => {
+                if flush_at.is_some_and(|t| Instant::now() >= t) {
+                    out.flush()?;
+                }
+            }
+        }
+        if timer_at.is_some_and(|t| Instant::now() >= t) {
+            op.on_processing_time(&mut out)?;
+            out.take_error()?;
         }
         if out
             .buffered_since()
@@ -207,14 +227,25 @@ enum Next {
 }
 
 /// Runs a source until it is told to finish (or cancelled).
-pub fn run_source<T, S>(
+pub fn run_source<T, S>(source: S, out: Output<T>, rt: TaskRuntime) -> Result<(), TaskError>
+where
+    T: Clone + Send,
+    S: SourceFunction<T>,
+{
+    run_source_with_watermarks(source, NoWatermarks, out, rt)
+}
+
+/// Runs a source whose batches `watermarks` observes; see [`crate::watermark`].
+pub fn run_source_with_watermarks<T, S, W>(
     mut source: S,
+    mut watermarks: W,
     mut out: Output<T>,
     mut rt: TaskRuntime,
 ) -> Result<(), TaskError>
 where
     T: Clone + Send,
     S: SourceFunction<T>,
+    W: SourceWatermarks<T>,
 {
     let positions = rt.restored.operator.take().map(|s| {
         s.list
@@ -254,12 +285,15 @@ where
         match source.poll_batch(&mut batch, rt.batch_size)? {
             SourceStatus::Emitted => {
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(rt.batch_size));
+                watermarks.before_batch(&full, &mut out)?;
                 out.emit_batch(full);
                 out.take_error()?;
+                watermarks.after_batch(&mut out)?;
                 rt.after_batch()?;
             }
             SourceStatus::Idle => {
                 out.flush()?;
+                watermarks.on_idle(&mut out)?;
                 match rt.control.recv_timeout(Duration::from_millis(5)) {
                     Ok(c) => match handle_source_control(c, &mut source, &mut out, &mut rt)? {
                         Next::Continue => {}
@@ -276,7 +310,10 @@ where
             }
             SourceStatus::Exhausted => {
                 let rest = std::mem::take(&mut batch);
+                watermarks.before_batch(&rest, &mut out)?;
                 out.emit_batch(rest);
+                // Invariant: the final watermark follows every record of the source.
+                watermarks.on_exhausted(&mut out)?;
                 out.flush()?;
                 exhausted = true;
                 let _ = rt.events.send(JobEvent::SourceExhausted(rt.subtask));
@@ -313,6 +350,7 @@ where
                     list: vec![("position".to_string(), elements)],
                     union: Vec::new(),
                 }),
+                incremental: None,
             });
             rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier));
             if finish {

@@ -38,8 +38,9 @@ impl fmt::Display for TableKind {
 /// `snapshot_epoch() == e` holds every write made before snapshot `e`. A key group's contents in
 /// this view equal those in an earlier view with epoch `e'` exactly when
 /// `last_modified_epoch(group) <= e'`, so a checkpoint can reuse the bytes written for `e'` (if
-/// that checkpoint completed) instead of writing the group again. After `init` and after a
-/// restore every key group counts as modified.
+/// that checkpoint completed) instead of writing the group again, and otherwise write only the
+/// changes ([`FrozenTable::encode_key_group_delta`]). After `init` every key group counts as
+/// modified; a restore puts the restored entries in the current epoch and starts the next one.
 ///
 /// ```
 /// use weir_state::*;
@@ -76,6 +77,18 @@ pub trait FrozenTable: Send {
     /// Appends the serialised entries of `key_group` to `out`. Errors if a value fails to
     /// serialise or the key group lies outside [`FrozenTable::key_groups`].
     fn encode_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError>;
+    /// Appends the changes of `key_group` since the view with epoch `since_epoch` to `out`: the
+    /// keys removed since (and not present now), then the entries written since, each as
+    /// `count` followed by the keys or `key, entry` pairs. Restoring applies the removals, then
+    /// the entries, on top of the key group as of `since_epoch`. Errors if `since_epoch` is
+    /// [`TOMBSTONE_EPOCHS`](crate::TOMBSTONE_EPOCHS) or more epochs older than this view, whose
+    /// removals are no longer all known.
+    fn encode_key_group_delta(
+        &self,
+        key_group: u32,
+        since_epoch: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StateError>;
     /// The number of keys in the view.
     fn num_entries(&self) -> usize;
 }

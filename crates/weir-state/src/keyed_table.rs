@@ -6,6 +6,11 @@
 //! snapshot still shares it, so each key group is copied at most once per snapshot, and only if
 //! it is written while its snapshot is in flight.
 //!
+//! For incremental checkpoints every entry carries the epoch of its last write, and a key group
+//! remembers the keys removed in the last [`TOMBSTONE_EPOCHS`] epochs: the changes of a key group
+//! since an earlier snapshot are then the entries written, and the keys removed, after its epoch
+//! (see [`FrozenTable::encode_key_group_delta`]).
+//!
 //! Invariant: `groups.len() == last_modified.len() == range.len()` once initialised, and
 //! `groups[i]` holds exactly the keys whose key group is `range.start + i`.
 
@@ -21,6 +26,55 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
 
+/// How many epochs a key group remembers removed keys. A delta can only be taken against a
+/// snapshot less than this many epochs old; older bases get a full key group instead.
+pub const TOMBSTONE_EPOCHS: u64 = 32;
+
+/// One key group: its entries, each with the epoch of its last write, and its recent removals.
+pub(crate) struct Group<K, E> {
+    entries: HashMap<K, (E, u64)>,
+    /// Keys removed, with the epoch of the removal.
+    // Invariant: holds every key removed in an epoch later than the newest epoch minus
+    // TOMBSTONE_EPOCHS (older ones may be pruned).
+    removed: HashMap<K, u64>,
+    /// The smallest epoch in `removed` (meaningless while it is empty).
+    oldest_removed: u64,
+}
+
+impl<K: Clone, E: Clone> Clone for Group<K, E> {
+    fn clone(&self) -> Self {
+        Group {
+            entries: self.entries.clone(),
+            removed: self.removed.clone(),
+            oldest_removed: self.oldest_removed,
+        }
+    }
+}
+
+impl<K, E> Default for Group<K, E> {
+    fn default() -> Self {
+        Group {
+            entries: HashMap::new(),
+            removed: HashMap::new(),
+            oldest_removed: 0,
+        }
+    }
+}
+
+impl<K: Key, E> Group<K, E> {
+    /// Remembers that `key` was removed in `epoch`, first forgetting removals too old to matter.
+    fn tombstone(&mut self, key: K, epoch: u64) {
+        if !self.removed.is_empty() && self.oldest_removed + TOMBSTONE_EPOCHS < epoch {
+            self.removed.retain(|_, e| *e + TOMBSTONE_EPOCHS >= epoch);
+            self.oldest_removed = self.removed.values().copied().min().unwrap_or(epoch);
+        }
+        if self.removed.is_empty() {
+            self.oldest_removed = epoch;
+        }
+        self.removed.insert(key, epoch);
+    }
+}
+
 /// The per-key-group maps of one keyed state table, with copy-on-write snapshots.
 ///
 /// `E` is the stored entry type, `C` the codec that (de)serialises it (`C::Entry == E`). They are
@@ -30,10 +84,10 @@ pub(crate) struct KeyGroupedMap<K, E, C> {
     /// 0 until `init`.
     max_parallelism: u32,
     range: KeyGroupRange,
-    groups: Vec<Arc<HashMap<K, E>>>,
+    groups: Vec<Arc<Group<K, E>>>,
     /// Per key group, the epoch of its last write (see [`FrozenTable`]).
     last_modified: Vec<u64>,
-    /// The number of snapshots taken so far.
+    /// The number of snapshots taken so far (plus one after a restore).
     epoch: u64,
     codec: PhantomData<fn() -> C>,
 }
@@ -87,12 +141,15 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     #[inline]
     pub(crate) fn get(&self, key: &CurrentKey<'_, K>) -> Option<&E> {
-        self.groups[self.index(key.key_group)].get(key.key)
+        self.groups[self.index(key.key_group)]
+            .entries
+            .get(key.key)
+            .map(|(e, _)| e)
     }
 
-    /// The key group's map for writing: marks it modified and copies it if a snapshot shares it.
+    /// The key group for writing: marks it modified and copies it if a snapshot shares it.
     #[inline]
-    pub(crate) fn group_for_write(&mut self, key_group: u32) -> &mut HashMap<K, E> {
+    fn group_for_write(&mut self, key_group: u32) -> &mut Group<K, E> {
         let i = self.index(key_group);
         self.last_modified[i] = self.epoch;
         Arc::make_mut(&mut self.groups[i])
@@ -103,25 +160,29 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     pub(crate) fn get_mut(&mut self, key: &CurrentKey<'_, K>) -> Option<&mut E> {
         let i = self.index(key.key_group);
         let slot = &mut self.groups[i];
-        if Arc::get_mut(slot).is_none() && !slot.contains_key(key.key) {
+        if Arc::get_mut(slot).is_none() && !slot.entries.contains_key(key.key) {
             return None;
         }
-        let entry = Arc::make_mut(slot).get_mut(key.key)?;
-        self.last_modified[i] = self.epoch;
-        Some(entry)
+        let epoch = self.epoch;
+        let entry = Arc::make_mut(slot).entries.get_mut(key.key)?;
+        self.last_modified[i] = epoch;
+        entry.1 = epoch;
+        Some(&mut entry.0)
     }
 
     /// Sets the entry of `key`, cloning the key only if it is new; returns the old entry.
     #[inline]
     pub(crate) fn insert(&mut self, key: &CurrentKey<'_, K>, entry: E) -> Option<E> {
+        let epoch = self.epoch;
         match self
             .group_for_write(key.key_group)
+            .entries
             .raw_entry_mut()
             .from_key(key.key)
         {
-            RawEntryMut::Occupied(mut o) => Some(o.insert(entry)),
+            RawEntryMut::Occupied(mut o) => Some(o.insert((entry, epoch)).0),
             RawEntryMut::Vacant(v) => {
-                v.insert(key.key.clone(), entry);
+                v.insert(key.key.clone(), (entry, epoch));
                 None
             }
         }
@@ -134,14 +195,18 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         key: &CurrentKey<'_, K>,
         default: impl FnOnce() -> E,
     ) -> &mut E {
-        match self
+        let epoch = self.epoch;
+        let entry = match self
             .group_for_write(key.key_group)
+            .entries
             .raw_entry_mut()
             .from_key(key.key)
         {
             RawEntryMut::Occupied(o) => o.into_mut(),
-            RawEntryMut::Vacant(v) => v.insert(key.key.clone(), default()).1,
-        }
+            RawEntryMut::Vacant(v) => v.insert(key.key.clone(), (default(), epoch)).1,
+        };
+        entry.1 = epoch;
+        &mut entry.0
     }
 
     /// Replaces the entry of `key` by `f(old)`: `None` in or out means absent.
@@ -151,17 +216,23 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         key: &CurrentKey<'_, K>,
         f: impl FnOnce(Option<E>) -> Option<E>,
     ) {
-        match self
-            .group_for_write(key.key_group)
-            .raw_entry_mut()
-            .from_key(key.key)
-        {
+        let epoch = self.epoch;
+        let group = self.group_for_write(key.key_group);
+        match group.entries.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(o) => {
-                o.replace_entry_with(|_, old| f(Some(old)));
+                let mut removed = false;
+                o.replace_entry_with(|_, (old, _)| {
+                    let new = f(Some(old));
+                    removed = new.is_none();
+                    new.map(|e| (e, epoch))
+                });
+                if removed {
+                    group.tombstone(key.key.clone(), epoch);
+                }
             }
             RawEntryMut::Vacant(v) => {
                 if let Some(new) = f(None) {
-                    v.insert(key.key.clone(), new);
+                    v.insert(key.key.clone(), (new, epoch));
                 }
             }
         }
@@ -170,7 +241,11 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// Removes `key`; a missing key neither copies nor dirties the group.
     pub(crate) fn remove(&mut self, key: &CurrentKey<'_, K>) -> Option<E> {
         self.get(key)?;
-        self.group_for_write(key.key_group).remove(key.key)
+        let epoch = self.epoch;
+        let group = self.group_for_write(key.key_group);
+        let (k, (entry, _)) = group.entries.remove_entry(key.key)?;
+        group.tombstone(k, epoch);
+        Some(entry)
     }
 
     /// Applies `f` to the entry of `key` if it exists and `applies(entry)`, then drops the key if
@@ -184,15 +259,16 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         if !self.get(key).is_some_and(applies) {
             return None;
         }
-        match self
-            .group_for_write(key.key_group)
-            .raw_entry_mut()
-            .from_key(key.key)
-        {
+        let epoch = self.epoch;
+        let group = self.group_for_write(key.key_group);
+        match group.entries.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(mut o) => {
-                let result = f(o.get_mut());
-                if C::is_empty(o.get()) {
-                    o.remove();
+                let entry = o.get_mut();
+                entry.1 = epoch;
+                let result = f(&mut entry.0);
+                if C::is_empty(&o.get().0) {
+                    let (k, _) = o.remove_entry();
+                    group.tombstone(k, epoch);
                 }
                 Some(result)
             }
@@ -202,11 +278,13 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     /// The number of keys, summed over key groups: O(number of key groups).
     pub(crate) fn len(&self) -> usize {
-        self.groups.iter().map(|g| g.len()).sum()
+        self.groups.iter().map(|g| g.entries.len()).sum()
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &E)> {
-        self.groups.iter().flat_map(|g| g.iter())
+        self.groups
+            .iter()
+            .flat_map(|g| g.entries.iter().map(|(k, (e, _))| (k, e)))
     }
 
     /// The number of key groups whose map a snapshot still shares.
@@ -235,13 +313,17 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     /// Replaces the contents with the key groups of this table in `reader` that lie in the
     /// range given to `init`. All-or-nothing: on error the table is unchanged.
+    ///
+    /// The restored entries belong to the current epoch, which then ends: a restore right after
+    /// `init` puts them in epoch 0, the epoch an incremental base restored alongside them
+    /// (`IncrementalBase::restored`) refers to, so unchanged key groups are not written again.
     pub(crate) fn restore(&mut self, reader: &KeyedSnapshotReader) -> Result<(), StateError> {
         if self.max_parallelism == 0 {
             return Err(StateError::NotInitialised {
                 table: self.name.to_string(),
             });
         }
-        let mut restored: Vec<Arc<HashMap<K, E>>> =
+        let mut restored: Vec<Arc<Group<K, E>>> =
             self.range.iter().map(|_| Arc::default()).collect();
         if let Some(snapshot) = reader.max_parallelism() {
             if snapshot != self.max_parallelism {
@@ -260,45 +342,121 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 });
             }
             for (slot, key_group) in restored.iter_mut().zip(self.range.iter()) {
-                if let Some(bytes) = reader.key_group_bytes(&self.name, key_group) {
-                    *slot = Arc::new(self.decode_group(key_group, bytes)?);
+                let mut group = Group::default();
+                let mut first = true;
+                for blob in reader.key_group_blobs(&self.name, key_group) {
+                    if first == blob.delta {
+                        return Err(StateError::Decode {
+                            table: self.name.to_string(),
+                            key_group,
+                            reason: "a key group's chain of blobs must start with its full contents and continue with deltas".into(),
+                        });
+                    }
+                    first = false;
+                    if blob.delta {
+                        self.apply_delta(key_group, blob.bytes, &mut group.entries)?;
+                    } else {
+                        group.entries = self.decode_group(key_group, blob.bytes)?;
+                    }
                 }
+                *slot = Arc::new(group);
             }
         }
         self.groups = restored;
         self.last_modified.fill(self.epoch);
+        self.epoch += 1;
         Ok(())
     }
 
-    fn decode_group(&self, key_group: u32, bytes: &[u8]) -> Result<HashMap<K, E>, StateError> {
-        let error = |reason: String| StateError::Decode {
+    fn decode_error(&self, key_group: u32) -> impl Fn(String) -> StateError + '_ {
+        move |reason| StateError::Decode {
             table: self.name.to_string(),
             key_group,
             reason,
-        };
+        }
+    }
+
+    /// Decodes `count` then `count` times `key, entry`, checking every key's key group.
+    fn decode_entries<'b>(
+        &self,
+        key_group: u32,
+        bytes: &'b [u8],
+        mut each: impl FnMut(K, E) -> Result<(), StateError>,
+    ) -> Result<&'b [u8], StateError> {
+        let error = self.decode_error(key_group);
         let (count, mut rest) = take_len(bytes).map_err(|e| error(e.to_string()))?;
-        let mut map = HashMap::with_capacity(count.min(rest.len()));
         for _ in 0..count {
             let (key, r) = take::<K>(rest).map_err(|e| error(format!("key: {e}")))?;
             let (entry, r) = C::decode(r).map_err(|e| error(format!("value: {e}")))?;
             rest = r;
-            let actual = key_group_of(&key, self.max_parallelism);
-            if actual != key_group {
-                return Err(error(format!(
-                    "a key hashes to key group {actual}, so its stable hash changed since the snapshot was taken"
-                )));
-            }
+            self.check_key_group(&key, key_group)?;
+            each(key, entry)?;
+        }
+        Ok(rest)
+    }
+
+    fn check_key_group(&self, key: &K, key_group: u32) -> Result<(), StateError> {
+        let actual = key_group_of(key, self.max_parallelism);
+        if actual != key_group {
+            return Err(self.decode_error(key_group)(format!(
+                "a key hashes to key group {actual}, so its stable hash changed since the snapshot was taken"
+            )));
+        }
+        Ok(())
+    }
+
+    fn decode_group(
+        &self,
+        key_group: u32,
+        bytes: &[u8],
+    ) -> Result<HashMap<K, (E, u64)>, StateError> {
+        let error = self.decode_error(key_group);
+        let epoch = self.epoch;
+        let (count, _) = take_len(bytes).map_err(|e| error(e.to_string()))?;
+        let mut map = HashMap::with_capacity(count.min(bytes.len()));
+        let rest = self.decode_entries(key_group, bytes, |key, entry| {
             if C::is_empty(&entry) {
-                continue;
+                return Ok(());
             }
-            if map.insert(key, entry).is_some() {
+            if map.insert(key, (entry, epoch)).is_some() {
                 return Err(error("a key appears twice".to_string()));
             }
-        }
+            Ok(())
+        })?;
         if !rest.is_empty() {
             return Err(error(format!("{} unexpected trailing bytes", rest.len())));
         }
         Ok(map)
+    }
+
+    /// Applies a delta (see [`FrozenTable::encode_key_group_delta`]): removals, then upserts.
+    fn apply_delta(
+        &self,
+        key_group: u32,
+        bytes: &[u8],
+        map: &mut HashMap<K, (E, u64)>,
+    ) -> Result<(), StateError> {
+        let error = self.decode_error(key_group);
+        let epoch = self.epoch;
+        let (removed, mut rest) = take_len(bytes).map_err(|e| error(e.to_string()))?;
+        for _ in 0..removed {
+            let (key, r) = take::<K>(rest).map_err(|e| error(format!("removed key: {e}")))?;
+            rest = r;
+            self.check_key_group(&key, key_group)?;
+            map.remove(&key);
+        }
+        let rest = self.decode_entries(key_group, rest, |key, entry| {
+            if C::is_empty(&entry) {
+                map.remove(&key);
+            } else {
+                map.insert(key, (entry, epoch));
+            }
+            Ok(())
+        })?;
+        if !rest.is_empty() {
+            return Err(error(format!("{} unexpected trailing bytes", rest.len())));
+        }
+        Ok(())
     }
 }
 
@@ -307,7 +465,7 @@ pub(crate) struct FrozenKeyGroups<K, E, C> {
     name: Arc<str>,
     max_parallelism: u32,
     range: KeyGroupRange,
-    groups: Vec<Arc<HashMap<K, E>>>,
+    groups: Vec<Arc<Group<K, E>>>,
     last_modified: Vec<u64>,
     epoch: u64,
     codec: PhantomData<fn() -> C>,
@@ -363,18 +521,40 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
     }
 
     fn encode_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
-        let error = |reason: String| {
-            StateError::Encode(format!(
-                "state table '{}', key group {key_group}: {reason}",
-                self.name
-            ))
-        };
-        let i = self
-            .slot(key_group)
-            .ok_or_else(|| error(format!("outside the table's key groups {}", self.range)))?;
-        let map = &self.groups[i];
+        let error = |reason: String| self.encode_error(key_group, reason);
+        let map = &self.group(key_group)?.entries;
         append(&(map.len() as u64), out).map_err(|e| error(e.to_string()))?;
-        for (key, entry) in map.iter() {
+        for (key, (entry, _)) in map.iter() {
+            append(key, out).map_err(|e| error(format!("key: {e}")))?;
+            C::encode(entry, out).map_err(|e| error(format!("value: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn encode_key_group_delta(
+        &self,
+        key_group: u32,
+        since_epoch: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), StateError> {
+        let error = |reason: String| self.encode_error(key_group, reason);
+        let group = self.group(key_group)?;
+        if self.epoch.saturating_sub(since_epoch) >= TOMBSTONE_EPOCHS {
+            return Err(error(format!(
+                "a delta since epoch {since_epoch} needs removals older than the {TOMBSTONE_EPOCHS} epochs kept"
+            )));
+        }
+        let removed = group
+            .removed
+            .iter()
+            .filter(|(k, e)| **e > since_epoch && !group.entries.contains_key(*k));
+        append(&(removed.clone().count() as u64), out).map_err(|e| error(e.to_string()))?;
+        for (key, _) in removed {
+            append(key, out).map_err(|e| error(format!("key: {e}")))?;
+        }
+        let changed = group.entries.iter().filter(|(_, (_, e))| *e > since_epoch);
+        append(&(changed.clone().count() as u64), out).map_err(|e| error(e.to_string()))?;
+        for (key, (entry, _)) in changed {
             append(key, out).map_err(|e| error(format!("key: {e}")))?;
             C::encode(entry, out).map_err(|e| error(format!("value: {e}")))?;
         }
@@ -382,6 +562,25 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
     }
 
     fn num_entries(&self) -> usize {
-        self.groups.iter().map(|g| g.len()).sum()
+        self.groups.iter().map(|g| g.entries.len()).sum()
+    }
+}
+
+impl<K, E, C> FrozenKeyGroups<K, E, C> {
+    fn encode_error(&self, key_group: u32, reason: String) -> StateError {
+        StateError::Encode(format!(
+            "state table '{}', key group {key_group}: {reason}",
+            self.name
+        ))
+    }
+
+    fn group(&self, key_group: u32) -> Result<&Group<K, E>, StateError> {
+        let i = self.slot(key_group).ok_or_else(|| {
+            self.encode_error(
+                key_group,
+                format!("outside the table's key groups {}", self.range),
+            )
+        })?;
+        Ok(&self.groups[i])
     }
 }

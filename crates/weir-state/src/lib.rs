@@ -16,7 +16,10 @@
 //! snapshot worker, which calls [`encode_keyed_snapshot`] to produce one self-describing byte
 //! buffer; the storage layer (weir-storage) writes it, checksums the file and acknowledges with a
 //! `StateHandle`. Per key group, [`FrozenTable::is_dirty`] and the snapshot epochs tell an
-//! incremental checkpoint which key groups changed.
+//! incremental checkpoint which key groups changed, and per-entry epochs let it write only the
+//! changed entries: [`IncrementalBase`] plans which key groups a checkpoint reuses from the last
+//! completed one, extends by a delta or writes in full, and [`encode_incremental`] writes them
+//! as blobs of a shared data file chained by a per-subtask [`KeyedManifest`].
 //!
 //! **Recover (flow 7).** The runtime reads the handles for the operator's uid, decodes them
 //! into a [`KeyedSnapshotReader`] (merging the snapshots of several old subtasks when the
@@ -63,6 +66,8 @@
 mod entry_codec;
 mod error;
 mod frozen_table;
+pub mod incremental;
+pub mod incremental_format;
 mod key;
 pub mod key_group;
 mod keyed_table;
@@ -76,15 +81,20 @@ mod value_state;
 
 pub use error::StateError;
 pub use frozen_table::{FrozenTable, TableKind};
+pub use incremental::{
+    Chain, ChainBlob, GroupPlan, IncrementalBase, KeyedSnapshotPlan, SharedStateFile, TablePlan,
+};
+pub use incremental_format::{encode_incremental, is_manifest, IncrementalEncoding, KeyedManifest};
 pub use key::{CurrentKey, Key, Value};
 pub use key_group::{
     combine_stable_hashes, key_group_for_hash, key_group_of, subtask_for_key_group, KeyGroupRange,
     StableHash, DEFAULT_MAX_PARALLELISM,
 };
+pub use keyed_table::TOMBSTONE_EPOCHS;
 pub use list_state::ListState;
 pub use map_state::MapState;
 pub use operator_state::{redistribute_operator_state, OperatorStateSnapshot};
 pub use snapshot_format::encode_keyed_snapshot;
-pub use snapshot_reader::KeyedSnapshotReader;
+pub use snapshot_reader::{KeyGroupBlob, KeyedSnapshotReader};
 pub use state_set::KeyedStateSet;
 pub use value_state::ValueState;

@@ -82,18 +82,9 @@ where
     /// Sets `user_key` to `value` in the map of `key`; returns the previous value.
     #[inline]
     pub fn put(&mut self, key: &CurrentKey<'_, K>, user_key: UK, value: UV) -> Option<UV> {
-        match self
-            .table
-            .group_for_write(key.key_group)
-            .raw_entry_mut()
-            .from_key(key.key)
-        {
-            RawEntryMut::Occupied(o) => o.into_mut().insert(user_key, value),
-            RawEntryMut::Vacant(v) => {
-                v.insert(key.key.clone(), HashMap::from([(user_key, value)]));
-                None
-            }
-        }
+        self.table
+            .get_or_insert_with(key, HashMap::new)
+            .insert(user_key, value)
     }
 
     /// The value of `user_key` in the map of `key`, first inserting `default()` (and clones of

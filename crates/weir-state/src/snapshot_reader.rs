@@ -3,6 +3,7 @@
 use crate::entry_codec::take;
 use crate::error::StateError;
 use crate::frozen_table::TableKind;
+use crate::incremental::{Chain, ChainBlob};
 use crate::snapshot_format::{
     Directory, BODY_OFFSET, CHECKSUM_OFFSET, KEYED_SNAPSHOT_FORMAT_VERSION, KEYED_SNAPSHOT_MAGIC,
     MIN_LEN,
@@ -10,6 +11,7 @@ use crate::snapshot_format::{
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
+use std::sync::Arc;
 use weir_core::KeyGroupRange;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -47,24 +49,36 @@ use xxhash_rust::xxh3::xxh3_64;
 /// ```
 #[derive(Default)]
 pub struct KeyedSnapshotReader {
-    buffers: Vec<Vec<u8>>,
+    buffers: Vec<Arc<Vec<u8>>>,
     max_parallelism: Option<u32>,
     /// The key-group range of every merged snapshot, pairwise disjoint.
     covered: Vec<KeyGroupRange>,
     tables: Vec<TableIndex>,
 }
 
-struct TableIndex {
-    name: String,
-    kind: TableKind,
-    blobs: BTreeMap<u32, Blob>,
+pub(crate) struct TableIndex {
+    pub(crate) name: String,
+    pub(crate) kind: TableKind,
+    /// Per key group, its chain: the full contents, then deltas in order.
+    pub(crate) blobs: BTreeMap<u32, Vec<Blob>>,
 }
 
 /// A validated byte range of one buffer.
 #[derive(Clone)]
-struct Blob {
-    buffer: usize,
-    bytes: Range<usize>,
+pub(crate) struct Blob {
+    pub(crate) buffer: usize,
+    pub(crate) bytes: Range<usize>,
+    pub(crate) delta: bool,
+    /// Where the blob lies in a shared file, for blobs of incremental snapshots.
+    pub(crate) origin: Option<ChainBlob>,
+}
+
+/// One blob of a key group's chain, as [`KeyedSnapshotReader::key_group_blobs`] serves it.
+pub struct KeyGroupBlob<'a> {
+    /// The encoded entries: a full key group, or a delta (see
+    /// [`FrozenTable::encode_key_group_delta`](crate::FrozenTable::encode_key_group_delta)).
+    pub bytes: &'a [u8],
+    pub delta: bool,
 }
 
 impl KeyedSnapshotReader {
@@ -96,8 +110,13 @@ impl KeyedSnapshotReader {
                         table.name, blob.key_group, blob.offset, blob.len
                     ))
                 })?;
-                let blob_ref = Blob { buffer: 0, bytes };
-                if blobs.insert(blob.key_group, blob_ref).is_some() {
+                let blob_ref = Blob {
+                    buffer: 0,
+                    bytes,
+                    delta: false,
+                    origin: None,
+                };
+                if blobs.insert(blob.key_group, vec![blob_ref]).is_some() {
                     return Err(corrupt(format!(
                         "table '{}' lists key group {} twice",
                         table.name, blob.key_group
@@ -120,7 +139,7 @@ impl KeyedSnapshotReader {
             });
         }
         Ok(KeyedSnapshotReader {
-            buffers: vec![bytes],
+            buffers: vec![Arc::new(bytes)],
             max_parallelism: (directory.max_parallelism != 0).then_some(directory.max_parallelism),
             covered: vec![directory.key_groups],
             tables,
@@ -170,12 +189,15 @@ impl KeyedSnapshotReader {
         self.buffers.extend(other.buffers);
         self.covered.extend(other.covered);
         for table in other.tables {
-            let blobs = table.blobs.into_iter().map(|(key_group, blob)| {
-                let blob = Blob {
-                    buffer: blob.buffer + buffer_base,
-                    bytes: blob.bytes,
-                };
-                (key_group, blob)
+            let blobs = table.blobs.into_iter().map(|(key_group, chain)| {
+                let chain = chain
+                    .into_iter()
+                    .map(|blob| Blob {
+                        buffer: blob.buffer + buffer_base,
+                        ..blob
+                    })
+                    .collect();
+                (key_group, chain)
             });
             match self.tables.iter_mut().find(|t| t.name == table.name) {
                 Some(mine) if mine.kind != table.kind => {
@@ -232,11 +254,50 @@ impl KeyedSnapshotReader {
         self.table(name).map(|t| t.kind)
     }
 
-    /// The encoded entries of `key_group` of table `name`, as
-    /// [`FrozenTable::encode_key_group`](crate::FrozenTable::encode_key_group) wrote them.
-    pub fn key_group_bytes(&self, name: &str, key_group: u32) -> Option<&[u8]> {
-        let blob = self.table(name)?.blobs.get(&key_group)?;
-        self.buffers[blob.buffer].get(blob.bytes.clone())
+    /// The chain of `key_group` of table `name`: its full contents as
+    /// [`FrozenTable::encode_key_group`](crate::FrozenTable::encode_key_group) wrote them, then
+    /// the deltas of later incremental checkpoints, in order. Empty if the snapshots lack it.
+    pub fn key_group_blobs(
+        &self,
+        name: &str,
+        key_group: u32,
+    ) -> impl Iterator<Item = KeyGroupBlob<'_>> {
+        self.table(name)
+            .and_then(|t| t.blobs.get(&key_group))
+            .into_iter()
+            .flatten()
+            .map(|blob| KeyGroupBlob {
+                bytes: &self.buffers[blob.buffer][blob.bytes.clone()],
+                delta: blob.delta,
+            })
+    }
+
+    /// The chain of shared-file blobs that holds `key_group` of table `name`, if the snapshot
+    /// came from an incremental checkpoint: what a later checkpoint may reference instead of
+    /// writing the key group again.
+    pub fn key_group_chain(&self, name: &str, key_group: u32) -> Option<Chain> {
+        let chain = self.table(name)?.blobs.get(&key_group)?;
+        chain
+            .iter()
+            .map(|b| b.origin.clone())
+            .collect::<Option<Vec<ChainBlob>>>()
+            .filter(|c| !c.is_empty())
+            .map(Chain::from)
+    }
+
+    /// Builds a reader from parts validated by the incremental snapshot format.
+    pub(crate) fn from_parts(
+        buffers: Vec<Arc<Vec<u8>>>,
+        max_parallelism: u32,
+        covered: KeyGroupRange,
+        tables: Vec<TableIndex>,
+    ) -> Self {
+        KeyedSnapshotReader {
+            buffers,
+            max_parallelism: (max_parallelism != 0).then_some(max_parallelism),
+            covered: vec![covered],
+            tables,
+        }
     }
 
     fn table(&self, name: &str) -> Option<&TableIndex> {
@@ -250,7 +311,10 @@ impl fmt::Debug for KeyedSnapshotReader {
             .field("max_parallelism", &self.max_parallelism)
             .field("key_groups", &self.covered)
             .field("tables", &self.tables().collect::<Vec<_>>())
-            .field("bytes", &self.buffers.iter().map(Vec::len).sum::<usize>())
+            .field(
+                "bytes",
+                &self.buffers.iter().map(|b| b.len()).sum::<usize>(),
+            )
             .finish()
     }
 }

@@ -1,48 +1,42 @@
-//! The on-disk layout of a job's checkpoints. Every path is built here, so writers and readers
-//! always agree.
+//! The layout of a job's checkpoints in its storage. Every path is built here, so writers and
+//! readers always agree.
 //!
 //! ```text
-//! <checkpoint-dir>/<job>/chk-<id>/_metadata           the completed checkpoint (written last)
-//! <checkpoint-dir>/<job>/chk-<id>/<uid>-<index>.keyed  a subtask's keyed state
+//! <checkpoint-dir>/<job>/chk-<id>/_metadata            the completed checkpoint (written last)
+//! <checkpoint-dir>/<job>/chk-<id>/<uid>-<index>.keyed  a subtask's keyed state: a full
+//!                                                      snapshot, or an incremental manifest
 //! <checkpoint-dir>/<job>/chk-<id>/<uid>-<index>.op     a subtask's operator state
-//! <checkpoint-dir>/<job>/shared/                       files referenced by several checkpoints
+//! <checkpoint-dir>/<job>/shared/<uid>-<index>-<id>-<nonce>.kgs
+//!                                                      key-group blobs of incremental
+//!                                                      checkpoints, referenced by later ones
 //! ```
+//!
+//! Paths in `StateHandle`s are relative to `<checkpoint-dir>/<job>` and use `/`, so a job's
+//! checkpoints can move (between directories or to an object store) without rewriting them.
+//! The checkpoint directory is a local path (or `file://` URL) or `s3://bucket/prefix`.
 
-use std::path::{Path, PathBuf};
 use weir_core::CheckpointId;
 
 pub const METADATA_FILE: &str = "_metadata";
+/// Where a local `_metadata` is written before its atomic rename.
 pub const METADATA_TEMP_FILE: &str = "_metadata.inprogress";
 pub const SHARED_DIR: &str = "shared";
 const CHECKPOINT_PREFIX: &str = "chk-";
+/// The extension of shared key-group data files.
+pub const SHARED_EXTENSION: &str = "kgs";
 
-/// Paths of one job's checkpoints under its root `<checkpoint-dir>/<job>`.
+/// Names of a job's checkpoint files, relative to the job's root.
 #[derive(Clone, Debug)]
-pub struct CheckpointLayout {
-    root: PathBuf,
-}
+pub struct CheckpointLayout;
 
 impl CheckpointLayout {
-    pub fn new(checkpoint_dir: &Path, job_name: &str) -> CheckpointLayout {
-        CheckpointLayout {
-            root: checkpoint_dir.join(job_name),
-        }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     pub fn checkpoint_dir_name(id: CheckpointId) -> String {
         format!("{CHECKPOINT_PREFIX}{id}")
     }
 
-    pub fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
-        self.root.join(Self::checkpoint_dir_name(id))
-    }
-
-    pub fn metadata_path(&self, id: CheckpointId) -> PathBuf {
-        self.checkpoint_dir(id).join(METADATA_FILE)
+    /// The relative path of a checkpoint's metadata.
+    pub fn metadata_file(id: CheckpointId) -> String {
+        format!("{}/{METADATA_FILE}", Self::checkpoint_dir_name(id))
     }
 
     /// The relative path (as stored in a `StateHandle`) of a subtask's private state file.
@@ -54,11 +48,20 @@ impl CheckpointLayout {
         )
     }
 
-    /// Resolves a handle's relative path.
-    pub fn resolve(&self, relative: &str) -> PathBuf {
+    /// The relative path of a new shared data file written by a subtask for checkpoint `id`.
+    /// `nonce` keeps it unique even if an id is ever reused after a crash.
+    pub fn shared_file(id: CheckpointId, uid: &str, index: u32, nonce: u64) -> String {
+        format!(
+            "{SHARED_DIR}/{}-{index}-{id}-{nonce:016x}.{SHARED_EXTENSION}",
+            sanitize(uid)
+        )
+    }
+
+    /// Whether a relative path lies in the shared directory.
+    pub fn is_shared(relative: &str) -> bool {
         relative
-            .split('/')
-            .fold(self.root.clone(), |path, part| path.join(part))
+            .strip_prefix(SHARED_DIR)
+            .is_some_and(|r| r.starts_with('/'))
     }
 
     /// The checkpoint id a directory name stands for, if it is a checkpoint directory.
@@ -67,6 +70,11 @@ impl CheckpointLayout {
             .parse()
             .ok()
             .map(CheckpointId)
+    }
+
+    /// The checkpoint whose directory holds the relative path `relative`, if any.
+    pub fn checkpoint_of(relative: &str) -> Option<CheckpointId> {
+        Self::parse_checkpoint_dir(relative.split('/').next()?)
     }
 }
 
@@ -91,11 +99,20 @@ mod tests {
     fn state_files_live_in_their_checkpoint_directory_under_a_portable_name() {
         let p = CheckpointLayout::state_file(CheckpointId(7), "count per/user", 1, "keyed");
         assert_eq!(p, "chk-7/count_per_user-1.keyed");
-        let layout = CheckpointLayout::new(Path::new("/ckpt"), "demo");
+        assert_eq!(CheckpointLayout::checkpoint_of(&p), Some(CheckpointId(7)));
         assert_eq!(
-            layout.resolve(&p),
-            Path::new("/ckpt/demo/chk-7/count_per_user-1.keyed")
+            CheckpointLayout::metadata_file(CheckpointId(7)),
+            "chk-7/_metadata"
         );
+    }
+
+    #[test]
+    fn shared_files_live_in_the_shared_directory_and_belong_to_no_checkpoint() {
+        let p = CheckpointLayout::shared_file(CheckpointId(3), "spend", 0, 0xab);
+        assert_eq!(p, "shared/spend-0-3-00000000000000ab.kgs");
+        assert!(CheckpointLayout::is_shared(&p));
+        assert!(!CheckpointLayout::is_shared("sharedx/a"));
+        assert_eq!(CheckpointLayout::checkpoint_of(&p), None);
     }
 
     #[test]

@@ -6,7 +6,6 @@
 
 use crate::StorageError;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 use weir_checkpoint::CompletedCheckpoint;
 use weir_core::OperatorId;
 
@@ -45,9 +44,9 @@ impl CheckpointMetadata {
     }
 
     /// Decodes and verifies a metadata file's bytes; `path` only names the file in errors.
-    pub fn decode(bytes: &[u8], path: &Path) -> Result<CheckpointMetadata, StorageError> {
+    pub fn decode(bytes: &[u8], path: &str) -> Result<CheckpointMetadata, StorageError> {
         let corrupt = |reason: String| StorageError::Corrupt {
-            path: path.to_path_buf(),
+            path: path.to_string(),
             reason,
         };
         if bytes.len() < HEADER_LEN + 4 {

@@ -1,5 +1,8 @@
 //! `weir bench pipeline`: records per second of the demo pipeline, end to end, with
-//! checkpointing on or off.
+//! checkpointing on or off; `weir bench checkpoint`: the state backend and checkpoint storage
+//! measured directly ([`checkpoint`]).
+
+mod checkpoint;
 
 use weir_core::config::Config;
 use weir_runtime::{execute, StartMode, StopHandle};
@@ -10,6 +13,9 @@ use crate::progress::{bytes, si};
 use crate::CliError;
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    if args.target == "checkpoint" {
+        return checkpoint::run(&args);
+    }
     if args.parallelism == 0 || args.users == 0 {
         return Err(CliError::usage(
             "--parallelism and --users must be at least 1",

@@ -1,7 +1,10 @@
-//! `weir checkpoints list DIR`: the checkpoints of the jobs under a checkpoint directory.
+//! `weir checkpoints list|inspect|verify`: what the checkpoints under a checkpoint directory
+//! (local or `s3://`) are, what they hold, and whether every file is intact.
 
-use std::path::{Path, PathBuf};
-use weir_storage::{CheckpointLayout, CheckpointStorage};
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+use weir_core::{CheckpointId, HandleKind, S3Options};
+use weir_storage::{CheckpointLayout, CheckpointMetadata, CheckpointStorage, Location};
 
 use crate::cli::CheckpointsCommand;
 use crate::progress::bytes;
@@ -10,89 +13,298 @@ use crate::CliError;
 pub fn run(command: CheckpointsCommand) -> Result<(), CliError> {
     match command {
         CheckpointsCommand::List { dir } => list(&dir),
+        CheckpointsCommand::Inspect { path } => inspect(&path),
+        CheckpointsCommand::Verify { path } => verify(&path),
     }
 }
 
-/// The job directories under `dir`, or `dir` itself if it is one.
-fn job_dirs(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
-    if !dir.is_dir() {
-        return Err(CliError::usage(format!(
-            "{} is not a directory",
-            dir.display()
-        )));
+/// The jobs a path names and, per job, the checkpoints it names (`None`: all of them).
+struct Target {
+    storage: CheckpointStorage,
+    job: String,
+    only: Option<CheckpointId>,
+}
+
+fn usage(e: impl std::fmt::Display) -> CliError {
+    CliError::usage(e.to_string())
+}
+
+/// Resolves PATH: one checkpoint (`…/<job>/chk-<id>`), one job's directory, or a checkpoint
+/// directory holding jobs.
+fn targets(path: &str) -> Result<Vec<Target>, CliError> {
+    let s3 = S3Options::from_env().map_err(usage)?;
+    let location = Location::parse(path).map_err(usage)?;
+    if let Location::Local(p) = &location {
+        if !p.is_dir() {
+            return Err(CliError::usage(format!(
+                "{} is not a directory (expected a checkpoint directory, a job's directory in it, or one chk-<id>)",
+                p.display()
+            )));
+        }
     }
-    let entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", dir.display())))?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    let is_job = |d: &Path| {
-        std::fs::read_dir(d).is_ok_and(|mut it| {
-            it.any(|e| {
-                e.ok()
-                    .and_then(|e| {
-                        e.file_name()
-                            .to_str()
-                            .and_then(CheckpointLayout::parse_checkpoint_dir)
-                    })
-                    .is_some()
-            })
-        })
-    };
-    if is_job(dir) {
-        return Ok(vec![dir.to_path_buf()]);
+    let trimmed = path.trim_end_matches('/');
+    let (parent, name) = trimmed.rsplit_once('/').unwrap_or((".", trimmed));
+    let parent = if parent.is_empty() { "/" } else { parent };
+    if let Some(id) = CheckpointLayout::parse_checkpoint_dir(name) {
+        let (grand, job) = parent.rsplit_once('/').unwrap_or((".", parent));
+        let grand = if grand.is_empty() { "/" } else { grand };
+        let storage = CheckpointStorage::open_for_reading(grand, job, &s3).map_err(usage)?;
+        return Ok(vec![Target {
+            storage,
+            job: job.to_string(),
+            only: Some(id),
+        }]);
     }
-    let mut jobs: Vec<PathBuf> = entries
-        .into_iter()
-        .filter(|d| d.is_dir() && is_job(d))
-        .collect();
-    jobs.sort();
+    let as_job = CheckpointStorage::open_for_reading(parent, name, &s3).map_err(usage)?;
+    if is_job(&as_job)? {
+        return Ok(vec![Target {
+            storage: as_job,
+            job: name.to_string(),
+            only: None,
+        }]);
+    }
+    let base = CheckpointStorage::open_for_reading(trimmed, "", &s3).map_err(usage)?;
+    let mut jobs = Vec::new();
+    for job in base.subdirectories().map_err(usage)? {
+        let storage = CheckpointStorage::open_for_reading(trimmed, &job, &s3).map_err(usage)?;
+        if is_job(&storage)? {
+            jobs.push(Target {
+                storage,
+                job,
+                only: None,
+            });
+        }
+    }
+    jobs.sort_by(|a, b| a.job.cmp(&b.job));
     Ok(jobs)
 }
 
-fn list(dir: &Path) -> Result<(), CliError> {
-    let jobs = job_dirs(dir)?;
-    if jobs.is_empty() {
-        println!("no checkpoints under {}", dir.display());
+fn is_job(storage: &CheckpointStorage) -> Result<bool, CliError> {
+    Ok(!storage.list_checkpoint_dirs().map_err(usage)?.is_empty())
+}
+
+fn ids(target: &Target) -> Result<Vec<CheckpointId>, CliError> {
+    match target.only {
+        Some(id) => Ok(vec![id]),
+        None => target.storage.list_checkpoint_dirs().map_err(usage),
     }
-    for job_dir in jobs {
-        let (parent, name) = match (
-            job_dir.parent(),
-            job_dir.file_name().and_then(|n| n.to_str()),
-        ) {
-            (Some(p), Some(n)) => (p, n),
-            _ => continue,
-        };
-        let storage =
-            CheckpointStorage::open(parent, name).map_err(|e| CliError::usage(e.to_string()))?;
-        println!("job {name} ({})", job_dir.display());
+}
+
+/// A UTC time of day from Unix milliseconds, e.g. `2026-12-02T12:00:00.123Z`.
+fn time(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+fn list(dir: &str) -> Result<(), CliError> {
+    let jobs = targets(dir)?;
+    if jobs.is_empty() {
+        println!("no checkpoints under {dir}");
+    }
+    for target in jobs {
+        println!("job {} ({})", target.job, target.storage.root());
         println!(
-            "  {:>6}  {:<24}  {:>10}  {:>10}  status",
-            "id", "completed (UTC ms)", "size", "written"
+            "  {:>6}  {:<24}  {:>10}  {:>12}  status",
+            "id", "completed (UTC)", "size", "incremental"
         );
-        for id in storage
-            .list_checkpoint_dirs()
-            .map_err(|e| CliError::usage(e.to_string()))?
-        {
-            match storage.verify(id) {
-                Ok(m) => println!(
-                    "  {:>6}  {:<24}  {:>10}  {:>10}  ok{}",
-                    id.0,
-                    m.checkpoint.completion_timestamp_ms,
-                    bytes(m.checkpoint.state_size()),
-                    bytes(m.checkpoint.persisted_size()),
-                    if m.checkpoint.is_savepoint() {
-                        " (savepoint)"
-                    } else {
-                        ""
-                    }
-                ),
+        for id in ids(&target)? {
+            match target.storage.read_metadata(id) {
+                Err(e) if is_incomplete(&target.storage, id) => {
+                    let _ = e;
+                    println!(
+                        "  {:>6}  {:<24}  {:>10}  {:>12}  incomplete (no _metadata)",
+                        id.0, "-", "-", "-"
+                    )
+                }
                 Err(e) => println!(
-                    "  {:>6}  {:<24}  {:>10}  {:>10}  unusable: {e}",
+                    "  {:>6}  {:<24}  {:>10}  {:>12}  unusable: {e}",
                     id.0, "-", "-", "-"
                 ),
+                Ok(m) => {
+                    let status = match target.storage.verify(id) {
+                        Ok(_) if m.checkpoint.is_savepoint() => "ok (savepoint)".to_string(),
+                        Ok(_) => "ok".to_string(),
+                        Err(e) => format!("unusable: {e}"),
+                    };
+                    println!(
+                        "  {:>6}  {:<24}  {:>10}  {:>12}  {status}",
+                        id.0,
+                        time(m.checkpoint.completion_timestamp_ms),
+                        bytes(m.checkpoint.state_size()),
+                        bytes(m.checkpoint.persisted_size()),
+                    );
+                }
             }
         }
+    }
+    Ok(())
+}
+
+fn is_incomplete(storage: &CheckpointStorage, id: CheckpointId) -> bool {
+    storage
+        .list_completed()
+        .map(|c| !c.contains(&id))
+        .unwrap_or(false)
+}
+
+fn inspect(path: &str) -> Result<(), CliError> {
+    let jobs = targets(path)?;
+    if jobs.is_empty() {
+        return Err(CliError::usage(format!("no checkpoints under {path}")));
+    }
+    for target in jobs {
+        for id in ids(&target)? {
+            match target.storage.read_metadata(id) {
+                Ok(m) => print_checkpoint(&target, &m),
+                Err(e) => println!("checkpoint {id} of job {}: unusable: {e}\n", target.job),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_checkpoint(target: &Target, m: &CheckpointMetadata) {
+    let c = &m.checkpoint;
+    println!(
+        "checkpoint {} of job {} in {}",
+        c.id,
+        m.job_name,
+        target.storage.root()
+    );
+    println!(
+        "  {}, triggered {}, completed {}; max parallelism {}",
+        if c.is_savepoint() {
+            "savepoint"
+        } else {
+            "checkpoint"
+        },
+        time(c.trigger_timestamp_ms),
+        time(c.completion_timestamp_ms),
+        m.max_parallelism
+    );
+    println!(
+        "  size {} (references), {} written by this checkpoint",
+        bytes(c.state_size()),
+        bytes(c.persisted_size())
+    );
+    let mut by_operator: BTreeMap<&str, Vec<_>> = BTreeMap::new();
+    for (subtask, state) in &c.subtask_states {
+        let uid = m
+            .operators
+            .iter()
+            .find(|o| o.id == subtask.operator)
+            .map_or("?", |o| o.uid.as_str());
+        by_operator.entry(uid).or_default().push((subtask, state));
+    }
+    for op in &m.operators {
+        println!("  operator '{}' (parallelism {})", op.uid, op.parallelism);
+        for (subtask, state) in by_operator.get(op.uid.as_str()).into_iter().flatten() {
+            println!(
+                "    subtask {}: {} referenced, {} written",
+                subtask.index,
+                bytes(state.state_size),
+                bytes(state.persisted_size)
+            );
+            for h in &state.handles {
+                let what = match h.kind {
+                    HandleKind::Keyed { key_groups } if h.shared => {
+                        format!("keyed data, key groups {key_groups}, shared")
+                    }
+                    HandleKind::Keyed { key_groups } => {
+                        format!("keyed state, key groups {key_groups}")
+                    }
+                    HandleKind::Operator => "operator state".to_string(),
+                };
+                println!(
+                    "      {:<56} {:>10}  crc32c {:08x}  {what}",
+                    h.path,
+                    bytes(h.size),
+                    h.checksum
+                );
+                if !h.shared {
+                    if let Some(detail) = manifest_detail(&target.storage, h) {
+                        println!("        {detail}");
+                    }
+                }
+            }
+        }
+    }
+    println!();
+}
+
+/// For an incremental manifest: its tables and how long its chains are.
+fn manifest_detail(storage: &CheckpointStorage, h: &weir_core::StateHandle) -> Option<String> {
+    let HandleKind::Keyed { .. } = h.kind else {
+        return None;
+    };
+    let bytes = storage.read_state_file(h).ok()?;
+    if !weir_state::is_manifest(&bytes) {
+        return Some("full snapshot".into());
+    }
+    let m = weir_state::KeyedManifest::decode(&bytes).ok()?;
+    let tables: Vec<String> = m.tables().map(|(n, k)| format!("{n} ({k})")).collect();
+    Some(format!(
+        "incremental manifest: tables {}; {} in {} shared file(s); longest chain {}",
+        tables.join(", "),
+        self::bytes(m.referenced_bytes()),
+        m.files().len(),
+        m.longest_chain()
+    ))
+}
+
+fn verify(path: &str) -> Result<(), CliError> {
+    let jobs = targets(path)?;
+    if jobs.is_empty() {
+        return Err(CliError::usage(format!("no checkpoints under {path}")));
+    }
+    let (mut good, mut bad) = (0, 0);
+    for target in jobs {
+        let completed = target.storage.list_completed().map_err(usage)?;
+        for id in ids(&target)? {
+            if !completed.contains(&id) {
+                println!(
+                    "job {} checkpoint {id}: incomplete (no _metadata), not checked",
+                    target.job
+                );
+                continue;
+            }
+            match target.storage.verify_files(id) {
+                Err(e) => {
+                    bad += 1;
+                    println!("job {} checkpoint {id}: DAMAGED: {e}", target.job);
+                }
+                Ok((_, checks)) => {
+                    let damaged: Vec<_> = checks.iter().filter(|c| c.problem.is_some()).collect();
+                    if damaged.is_empty() {
+                        good += 1;
+                        println!(
+                            "job {} checkpoint {id}: ok ({} files and _metadata intact)",
+                            target.job,
+                            checks.len()
+                        );
+                    } else {
+                        bad += 1;
+                        println!(
+                            "job {} checkpoint {id}: DAMAGED ({} of {} files)",
+                            target.job,
+                            damaged.len(),
+                            checks.len()
+                        );
+                        for c in damaged {
+                            if let Some(p) = &c.problem {
+                                println!("  {}: {p}", c.handle.path);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("{good} checkpoint(s) intact, {bad} damaged");
+    if bad > 0 {
+        return Err(CliError {
+            message: format!("{bad} checkpoint(s) damaged"),
+            code: 1,
+        });
     }
     Ok(())
 }

@@ -48,6 +48,16 @@ pub enum Command {
     /// Look at a job's checkpoints.
     #[command(subcommand)]
     Checkpoints(CheckpointsCommand),
+    /// List the jobs a REST API serves (like `flink list`).
+    Jobs(crate::jobs::ClientArgs),
+    /// Take a checkpoint of a running job now, through its REST API.
+    Checkpoint(crate::jobs::JobCommandArgs),
+    /// Take a savepoint of a running job, through its REST API.
+    Savepoint(crate::jobs::SavepointArgs),
+    /// Stop a running job with a final savepoint, through its REST API.
+    Stop(crate::jobs::StopArgs),
+    /// Cancel a running job (no final checkpoint), through its REST API.
+    Cancel(crate::jobs::JobCommandArgs),
 }
 
 /// Options every job run shares.
@@ -74,6 +84,31 @@ pub struct JobArgs {
     /// Set an option, e.g. -D execution.checkpointing.num-retained=5.
     #[arg(short = 'D', value_name = "KEY=VALUE")]
     pub define: Vec<String>,
+    #[command(flatten)]
+    pub rest: crate::rest_args::RestArgs,
+    /// Start from a savepoint (or a retained checkpoint directory) instead.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["resume"])]
+    pub from_savepoint: Option<PathBuf>,
+    /// With --from-savepoint: skip state of operators no longer in the job.
+    #[arg(long, requires = "from_savepoint")]
+    pub allow_non_restored_state: bool,
+    /// With --from-savepoint: `no-claim` (default) never deletes the savepoint; `claim` lets
+    /// Weir own it and delete it once a newer checkpoint completed.
+    #[arg(long, value_name = "MODE", default_value = "no-claim", value_parser = ["no-claim", "claim"], requires = "from_savepoint")]
+    pub claim_mode: String,
+}
+
+impl JobArgs {
+    /// Applies the restore flags to an execution configuration.
+    pub fn apply_restore(&self, exec: &mut weir_runtime::ExecutionConfig) {
+        exec.from_savepoint = self.from_savepoint.clone();
+        exec.allow_non_restored_state = self.allow_non_restored_state;
+        exec.claim_mode = if self.claim_mode == "claim" {
+            weir_runtime::ClaimMode::Claim
+        } else {
+            weir_runtime::ClaimMode::NoClaim
+        };
+    }
 }
 
 impl JobArgs {
@@ -169,9 +204,14 @@ pub struct WordcountArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
-    /// What to measure; `pipeline` is the demo job.
-    #[arg(value_parser = ["pipeline"], default_value = "pipeline")]
+    /// Suites with flags of their own (`weir bench nexmark --help`).
+    #[command(subcommand)]
+    pub suite: Option<crate::bench_suite::BenchSuite>,
+    /// What to measure: `pipeline` is the demo job end to end; `checkpoint` measures the state
+    /// backend and checkpoint storage directly (snapshots, full and incremental writes, restore).
+    #[arg(value_parser = ["pipeline", "checkpoint"], default_value = "pipeline")]
     pub target: String,
     /// How long each run lasts.
     #[arg(long, default_value = "10s", value_parser = duration_arg)]
@@ -186,14 +226,38 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
     pub json: bool,
+    /// `checkpoint`: keys of keyed state.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// `checkpoint`: the fraction of keys changed between two checkpoints.
+    #[arg(long, default_value_t = 0.01)]
+    pub changed: f64,
+    /// `checkpoint`: bytes of each key's value.
+    #[arg(long, default_value_t = 100)]
+    pub value_bytes: usize,
+    /// `checkpoint`: where to write (a directory, or s3://bucket/prefix); a temporary
+    /// directory by default.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum CheckpointsCommand {
-    /// List the checkpoints of every job under a checkpoint directory (or of one job).
+    /// List the checkpoints of every job under a checkpoint directory (or of one job): id,
+    /// completion time, size, bytes the checkpoint wrote itself (incremental), status.
     List {
-        /// A checkpoint directory, or one job's directory inside it.
-        dir: PathBuf,
+        /// A checkpoint directory (a path or s3://bucket/prefix), or one job's directory in it.
+        dir: String,
+    },
+    /// Show what checkpoints hold: operators, subtasks, key-group ranges, files and sizes.
+    Inspect {
+        /// One checkpoint (…/<job>/chk-<id>), a job's directory, or a checkpoint directory.
+        path: String,
+    },
+    /// Check every checksum of every file; exit status 0 only when all are intact.
+    Verify {
+        /// One checkpoint (…/<job>/chk-<id>), a job's directory, or a checkpoint directory.
+        path: String,
     },
 }
 

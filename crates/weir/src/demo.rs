@@ -9,7 +9,7 @@ use weir_core::config::{CheckpointConfig, Config};
 use weir_runtime::graph::JobGraph;
 use weir_runtime::injection::FailureInjection;
 use weir_runtime::restart::RestartStrategy;
-use weir_runtime::{execute, ExecutionConfig, JobError, StartMode, StopHandle};
+use weir_runtime::{execute_job, ExecutionConfig, JobError, JobHandle, StartMode, StopHandle};
 
 use crate::cli::DemoArgs;
 use crate::progress::{print_summary, ProgressLine};
@@ -77,6 +77,10 @@ pub fn execution_config(config: &Config, start: StartMode) -> Result<ExecutionCo
         exec.buffer_timeout = t;
     }
     exec.restart = RestartStrategy::from_config(config, exec.checkpoint.interval.is_some())?;
+    exec.savepoint_dir = config
+        .get("execution.checkpointing.savepoint-dir")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from);
     exec.failure_injection = FailureInjection::from_env().map_err(CliError::usage)?;
     Ok(exec)
 }
@@ -88,8 +92,13 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let config = args.job.config(&[
         ("parallelism.default", "2"),
         ("execution.checkpointing.interval", "1s"),
+        (
+            "execution.checkpointing.savepoint-dir",
+            "./weir-data/savepoints",
+        ),
     ])?;
-    let exec = execution_config(&config, args.job.start_mode())?;
+    let mut exec = execution_config(&config, args.job.start_mode())?;
+    args.job.apply_restore(&mut exec);
     let mut generator = EventGenerator::new(SEED, args.users);
     if let Some(n) = args.events {
         generator = generator.with_limit(n);
@@ -125,9 +134,12 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
             .unwrap_or_else(|| "(off)".into()),
         exec.checkpoint.dir.join(&graph.name).display()
     );
+    let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
+    let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
     let mut line = ProgressLine::new();
-    let summary = execute(&graph, &exec, &stop, &mut |p| line.update(p));
+    let summary = execute_job(&graph, &exec, &handle, &mut |p| line.update(p));
     line.finish();
+    served.finish();
     let summary = summary?;
     if stop.is_stopped() && summary.elapsed < duration {
         interrupted = true;

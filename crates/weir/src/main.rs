@@ -1,12 +1,18 @@
-//! The `weir` command: runs the built-in jobs (`demo`), benchmarks them (`bench`) and looks at
-//! checkpoints (`checkpoints`). Errors become one clear line on stderr and a non-zero exit
+//! The `weir` command: runs the built-in jobs (`demo`), benchmarks them (`bench`), looks at
+//! checkpoints (`checkpoints`) and steers running jobs through their REST API (`jobs`,
+//! `checkpoint`, `savepoint`, `stop`, `cancel`). Errors become one clear line on stderr and a non-zero exit
 //! status: 2 for bad input (flags, config, paths, job definitions), 1 for a job that failed.
 
 mod bench;
+mod bench_keyed_count;
+mod bench_nexmark;
+mod bench_suite;
 mod checkpoints;
 mod cli;
 mod demo;
+mod jobs;
 mod progress;
+mod rest_args;
 mod wordcount;
 
 use clap::Parser;
@@ -25,8 +31,16 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Demo(args) => demo::run(args),
         cli::Command::Run(cli::RunCommand::Wordcount(args)) => wordcount::run(args),
-        cli::Command::Bench(args) => bench::run(args),
+        cli::Command::Bench(mut args) => match args.suite.take() {
+            Some(suite) => bench_suite::run(suite),
+            None => bench::run(args),
+        },
         cli::Command::Checkpoints(args) => checkpoints::run(args),
+        cli::Command::Jobs(args) => jobs::list(args),
+        cli::Command::Checkpoint(args) => jobs::checkpoint(args),
+        cli::Command::Savepoint(args) => jobs::savepoint(args),
+        cli::Command::Stop(args) => jobs::stop(args),
+        cli::Command::Cancel(args) => jobs::cancel(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use weir_api::prelude::*;
 use weir_connectors::file_source::check_input;
 use weir_connectors::{CommittingFileSink, FileSource, SinkMode};
-use weir_runtime::{execute, StopHandle};
+use weir_runtime::{execute_job, JobHandle, StopHandle};
 
 use crate::cli::WordcountArgs;
 use crate::demo::execution_config;
@@ -52,7 +52,8 @@ pub fn run(args: WordcountArgs) -> Result<(), CliError> {
     let config = args
         .job
         .config(&[("execution.checkpointing.interval", "1s")])?;
-    let exec = execution_config(&config, args.job.start_mode())?;
+    let mut exec = execution_config(&config, args.job.start_mode())?;
+    args.job.apply_restore(&mut exec);
     let mode = if args.sink_mode == "at-least-once" {
         SinkMode::AtLeastOnce
     } else {
@@ -85,7 +86,11 @@ pub fn run(args: WordcountArgs) -> Result<(), CliError> {
     let stop = StopHandle::new();
     let on_interrupt = stop.clone();
     let _ = ctrlc::set_handler(move || on_interrupt.stop());
-    let summary = execute(&graph, &exec, &stop, &mut |_| {})?;
+    let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
+    let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
+    let summary = execute_job(&graph, &exec, &handle, &mut |_| {});
+    served.finish();
+    let summary = summary?;
     let secs = summary.elapsed.as_secs_f64();
     println!(
         "wordcount finished after {secs:.1} s: {} lines, {} checkpoints, {} restarts{}",

@@ -2,14 +2,19 @@
 //! [`Either`], so barriers align across both inputs like any other.
 
 use std::marker::PhantomData;
-use weir_core::CheckpointId;
-use weir_state::{CurrentKey, Key, KeyedStateSet};
+use std::sync::Arc;
+use std::time::Duration;
+use weir_core::{CheckpointId, Clock};
+use weir_state::{CurrentKey, IncrementalBase, Key, KeyedStateSet};
 
 use crate::channel::Either;
 use crate::error::TaskError;
 use crate::operator::{OneInputOperator, OperatorContext, OperatorSnapshot, RestoredState};
-use crate::operators::keyed::open_state;
+use crate::operators::keyed::{open_state, open_timers, restored_base};
 use crate::output::Output;
+use crate::timer_service::{
+    check_reserved_names, fire_due, TimeDomain, Timer, TimerContext, TimerService,
+};
 
 /// A function over two connected (non-keyed) streams.
 pub trait CoProcessFunction<I1, I2, O>: Clone + Send + Sync + 'static {
@@ -42,24 +47,69 @@ where
     }
 }
 
-/// A function over two streams keyed by the same key type, sharing keyed state.
+/// A function over two streams keyed by the same key type, sharing keyed state and timers.
+///
+/// Implement `process1`/`process2`, or `process_element1`/`process_element2` to use timers
+/// (see [`KeyedProcessFunction`](crate::operators::KeyedProcessFunction)); the watermark is the
+/// minimum of both inputs'.
 pub trait KeyedCoProcessFunction<K: Key, I1, I2, O>: Clone + Send + Sync + 'static {
     type State: KeyedStateSet<K>;
     fn state(&self) -> Self::State;
     fn process1(
         &mut self,
+        _key: &CurrentKey<'_, K>,
+        _record: I1,
+        _state: &mut Self::State,
+        _out: &mut Output<O>,
+    ) -> Result<(), TaskError> {
+        Err(TaskError::user(
+            "a keyed co-process function must implement `process1` or `process_element1`",
+        ))
+    }
+    fn process2(
+        &mut self,
+        _key: &CurrentKey<'_, K>,
+        _record: I2,
+        _state: &mut Self::State,
+        _out: &mut Output<O>,
+    ) -> Result<(), TaskError> {
+        Err(TaskError::user(
+            "a keyed co-process function must implement `process2` or `process_element2`",
+        ))
+    }
+    /// A record of the first input, with access to times and timers.
+    fn process_element1(
+        &mut self,
         key: &CurrentKey<'_, K>,
         record: I1,
         state: &mut Self::State,
+        _ctx: &mut TimerContext<'_, K>,
         out: &mut Output<O>,
-    ) -> Result<(), TaskError>;
-    fn process2(
+    ) -> Result<(), TaskError> {
+        self.process1(key, record, state, out)
+    }
+    /// A record of the second input, with access to times and timers.
+    fn process_element2(
         &mut self,
         key: &CurrentKey<'_, K>,
         record: I2,
         state: &mut Self::State,
+        _ctx: &mut TimerContext<'_, K>,
         out: &mut Output<O>,
-    ) -> Result<(), TaskError>;
+    ) -> Result<(), TaskError> {
+        self.process2(key, record, state, out)
+    }
+    /// A timer registered for `key` fired.
+    fn on_timer(
+        &mut self,
+        _key: &CurrentKey<'_, K>,
+        _timer: Timer,
+        _state: &mut Self::State,
+        _ctx: &mut TimerContext<'_, K>,
+        _out: &mut Output<O>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
 
 /// Runs a [`KeyedCoProcessFunction`].
@@ -76,6 +126,10 @@ pub struct KeyedCoProcessOperator<
     key1: K1,
     key2: K2,
     state: Option<F::State>,
+    timers: Option<TimerService<K>>,
+    clock: Option<Arc<dyn Clock>>,
+    /// What the last completed checkpoint holds of this subtask's keyed state.
+    base: IncrementalBase,
     max_parallelism: u32,
     _inputs: PhantomData<fn(I1, I2)>,
     _outputs: PhantomData<fn() -> (K, O)>,
@@ -92,6 +146,9 @@ where
             key1: self.key1.clone(),
             key2: self.key2.clone(),
             state: None,
+            timers: None,
+            clock: self.clock.clone(),
+            base: IncrementalBase::new(),
             max_parallelism: 0,
             _inputs: PhantomData,
             _outputs: PhantomData,
@@ -109,10 +166,19 @@ where
             key1,
             key2,
             state: None,
+            timers: None,
+            clock: None,
+            base: IncrementalBase::new(),
             max_parallelism: 0,
             _inputs: PhantomData,
             _outputs: PhantomData,
         }
+    }
+
+    /// Reads processing time from `clock` instead of the system clock (for tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
     }
 }
 
@@ -129,7 +195,11 @@ where
 {
     fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
         self.max_parallelism = ctx.max_parallelism;
-        self.state = Some(open_state(self.function.state(), ctx, &restored)?);
+        let state = self.function.state();
+        check_reserved_names(&state, &ctx.uid)?;
+        self.state = Some(open_state(state, ctx, &restored)?);
+        self.timers = Some(open_timers(self.clock.clone(), ctx, &restored)?);
+        self.base = restored_base(ctx, &restored);
         Ok(())
     }
 
@@ -139,31 +209,87 @@ where
         out: &mut Output<O>,
     ) -> Result<(), TaskError> {
         let state = self.state.as_mut().expect("opened before processing");
+        let timers = self.timers.as_mut().expect("opened before processing");
         for record in batch {
             match record {
                 Either::Left(r) => {
                     let key = (self.key1)(&r);
                     let current = CurrentKey::new(&key, self.max_parallelism);
-                    self.function.process1(&current, r, state, out)?;
+                    let mut ctx = TimerContext::new(&current, timers);
+                    self.function
+                        .process_element1(&current, r, state, &mut ctx, out)?;
                 }
                 Either::Right(r) => {
                     let key = (self.key2)(&r);
                     let current = CurrentKey::new(&key, self.max_parallelism);
-                    self.function.process2(&current, r, state, out)?;
+                    let mut ctx = TimerContext::new(&current, timers);
+                    self.function
+                        .process_element2(&current, r, state, &mut ctx, out)?;
                 }
             }
         }
         Ok(())
     }
 
-    fn snapshot(&mut self, _checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
+    fn watermark(&mut self, watermark: i64, out: &mut Output<O>) -> Result<(), TaskError> {
+        let state = self.state.as_mut().expect("opened before processing");
+        let timers = self.timers.as_mut().expect("opened before processing");
+        timers.advance_watermark(watermark);
+        let function = &mut self.function;
+        fire_due(
+            timers,
+            TimeDomain::EventTime,
+            watermark,
+            |timers, key, timer| {
+                let mut ctx = TimerContext::new(key, timers);
+                function.on_timer(key, timer, state, &mut ctx, out)
+            },
+        )
+    }
+
+    fn next_processing_timer(&self) -> Option<Duration> {
+        self.timers.as_ref()?.until_next_processing_timer()
+    }
+
+    fn on_processing_time(&mut self, out: &mut Output<O>) -> Result<(), TaskError> {
+        let state = self.state.as_mut().expect("opened before processing");
+        let timers = self.timers.as_mut().expect("opened before processing");
+        let now = timers.processing_time();
+        let function = &mut self.function;
+        fire_due(
+            timers,
+            TimeDomain::ProcessingTime,
+            now,
+            |timers, key, timer| {
+                let mut ctx = TimerContext::new(key, timers);
+                function.on_timer(key, timer, state, &mut ctx, out)
+            },
+        )
+    }
+
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
         let mut keyed = Vec::new();
         if let Some(state) = self.state.as_mut() {
             state.snapshot(&mut keyed);
         }
+        if let Some(timers) = self.timers.as_mut() {
+            timers.snapshot(&mut keyed);
+        }
+        let plan = self.base.plan(checkpoint.0, &keyed);
         Ok(OperatorSnapshot {
             keyed,
             operator: None,
+            incremental: Some(plan),
         })
+    }
+
+    fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
+        self.base.complete(checkpoint.0);
+        Ok(())
+    }
+
+    fn notify_aborted(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
+        self.base.abort(checkpoint.0);
+        Ok(())
     }
 }

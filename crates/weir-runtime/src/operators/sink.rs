@@ -75,6 +75,7 @@ where
         Ok(OperatorSnapshot {
             keyed: Vec::new(),
             operator: Some(OperatorStateSnapshot { list, union }),
+            incremental: None,
         })
     }
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {

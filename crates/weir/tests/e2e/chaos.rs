@@ -34,14 +34,14 @@ fn wordcount(dir: &Path, input: &Path, extra: &[&str], inject: Option<&str>) -> 
     cmd.output().expect("run wordcount")
 }
 
-const INJECT: &str = "lines,words,counts,output:0.01";
+const INJECT: &str = "lines,words,counts,output:0.02";
 
 #[test]
 fn twenty_runs_with_injected_subtask_failures_commit_every_count_exactly_once() {
     let mut total_restarts = 0;
     for run in 0..20 {
         let dir = tempfile::tempdir().unwrap();
-        let input = write_text_input(dir.path(), 1000 + run, 3, 700);
+        let input = write_text_input(dir.path(), 1000 + run, 3, 1500);
         let out = wordcount(dir.path(), &input, &[], Some(INJECT));
         let stdout = text(&out.stdout);
         assert!(

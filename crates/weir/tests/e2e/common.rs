@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
-use weir_core::{CheckpointId, HandleKind, KeyGroupRange, OperatorId};
-use weir_state::{KeyedSnapshotReader, KeyedStateSet, ValueState, DEFAULT_MAX_PARALLELISM};
+use weir_core::{CheckpointId, KeyGroupRange, OperatorId};
+use weir_state::{KeyedStateSet, ValueState, DEFAULT_MAX_PARALLELISM};
 use weir_storage::CheckpointStorage;
 
 pub fn weir() -> Command {
@@ -43,19 +43,10 @@ pub fn final_spend(checkpoint_dir: &Path) -> BTreeMap<u64, u64> {
         .metadata
         .expect("a checkpoint");
     let operator = OperatorId::from_uid("spend-per-user");
-    let mut readers = Vec::new();
-    for (subtask, state) in &latest.checkpoint.subtask_states {
-        if subtask.operator != operator {
-            continue;
-        }
-        for handle in &state.handles {
-            if let HandleKind::Keyed { .. } = handle.kind {
-                let bytes = storage.read_state_file(handle).expect("read state");
-                readers.push(KeyedSnapshotReader::decode(&bytes).expect("decode"));
-            }
-        }
-    }
-    let reader = KeyedSnapshotReader::merge(readers).expect("merge");
+    let all = KeyGroupRange::new(0, DEFAULT_MAX_PARALLELISM);
+    let reader = weir_runtime::restore::read_keyed_state(&storage, &latest, operator, all)
+        .expect("read keyed state")
+        .expect("keyed state");
     let mut spend = ValueState::<u64, u64>::new("spend");
     spend.init(
         DEFAULT_MAX_PARALLELISM,

@@ -30,6 +30,7 @@ fn the_demo_completes_checkpoints_and_keeps_the_newest_three_each_with_metadata(
     let mut dirs: Vec<String> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("chk-"))
         .collect();
     dirs.sort();
     assert_eq!(dirs.len(), 3, "{dirs:?}");

@@ -1,0 +1,263 @@
+//! Savepoints end to end: stop with a savepoint, restore it at other parallelisms, move it,
+//! and refuse (or skip, when allowed) state whose operator is gone.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use weir_api::prelude::*;
+use weir_connectors::{Event, EventGenerator};
+use weir_core::config::CheckpointConfig;
+use weir_core::{KeyGroupRange, OperatorId};
+use weir_runtime::restart::RestartStrategy;
+use weir_runtime::{
+    execute, execute_job, ExecutionConfig, JobError, JobHandle, RequestStatus, StartMode,
+    StopHandle,
+};
+use weir_state::{KeyedStateSet, ValueState};
+use weir_storage::CheckpointStorage;
+
+const EVENTS_PER_SPLIT: u64 = 40_000;
+
+/// Counts per user over a bounded, rate-limited generator of two splits.
+fn job(parallelism: u32, extra_operator: bool) -> weir_runtime::graph::JobGraph {
+    let env = StreamEnv::new("counting");
+    env.set_parallelism(parallelism);
+    let events = env
+        .source(
+            "events",
+            EventGenerator::new(9, 500)
+                .with_limit(EVENTS_PER_SPLIT)
+                .with_rate(40_000),
+        )
+        .parallelism(2);
+    let counts = events.key_by(|e: &Event| e.user).count("counts");
+    if extra_operator {
+        counts
+            .key_by(|(user, _): &(u64, u64)| *user)
+            .count("recounts")
+            .sink("out", CollectSink::default());
+    } else {
+        counts.sink("out", CollectSink::default());
+    }
+    env.build().unwrap()
+}
+
+fn exec(dir: &Path, start: StartMode) -> ExecutionConfig {
+    ExecutionConfig {
+        checkpoint: CheckpointConfig {
+            dir: dir.to_path_buf(),
+            interval: Some(Duration::from_millis(100)),
+            num_retained: 2,
+            ..CheckpointConfig::default()
+        },
+        start,
+        restart: RestartStrategy::None,
+        ..ExecutionConfig::default()
+    }
+}
+
+/// The final per-user counts in the job's latest checkpoint.
+fn final_counts(checkpoint_dir: &Path) -> BTreeMap<u64, u64> {
+    let storage = CheckpointStorage::open(checkpoint_dir, "counting").unwrap();
+    let latest = storage
+        .find_latest()
+        .unwrap()
+        .metadata
+        .expect("a checkpoint");
+    let operator = OperatorId::from_uid("counts");
+    let restored = weir_runtime::restore::read_keyed_state(
+        &storage,
+        &latest,
+        operator,
+        KeyGroupRange::new(0, 128),
+    )
+    .expect("readable keyed state")
+    .expect("keyed state of 'counts'");
+    let mut counts = ValueState::<u64, u64>::new("count");
+    counts.init(128, KeyGroupRange::new(0, 128));
+    counts.restore(&restored).unwrap();
+    counts.iter().map(|(k, v)| (*k, *v)).collect()
+}
+
+/// Runs the job at parallelism 2 and stops it with a savepoint after `after`.
+fn take_savepoint(dir: &Path, after: Duration) -> PathBuf {
+    let graph = job(2, false);
+    let config = exec(&dir.join("ckpt-a"), StartMode::New);
+    let handle = JobHandle::new(&graph, &config.checkpoint, StopHandle::new());
+    let remote = handle.clone();
+    let target = dir.join("savepoints");
+    let waiter = std::thread::spawn(move || {
+        std::thread::sleep(after);
+        let request = remote
+            .stop_with_savepoint(Some(target))
+            .expect("job running");
+        loop {
+            match remote.request(request) {
+                Some(RequestStatus::Completed {
+                    location: Some(path),
+                    ..
+                }) => return path,
+                Some(RequestStatus::Failed(reason)) => panic!("savepoint failed: {reason}"),
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    execute_job(&graph, &config, &handle, &mut |_| {}).expect("job stops with its savepoint");
+    waiter.join().unwrap()
+}
+
+fn run_to_end(
+    checkpoint_dir: &Path,
+    graph: &weir_runtime::graph::JobGraph,
+    from: &Path,
+    allow: bool,
+) -> Result<(), JobError> {
+    let mut config = exec(checkpoint_dir, StartMode::New);
+    config.from_savepoint = Some(from.to_path_buf());
+    config.allow_non_restored_state = allow;
+    execute(graph, &config, &StopHandle::new(), &mut |_| {}).map(|_| ())
+}
+
+#[test]
+fn a_savepoint_restored_at_parallelism_1_3_and_8_ends_in_the_state_of_an_uninterrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    execute(
+        &job(2, false),
+        &exec(&dir.path().join("reference"), StartMode::New),
+        &StopHandle::new(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let expected = final_counts(&dir.path().join("reference"));
+    assert_eq!(expected.values().sum::<u64>(), 2 * EVENTS_PER_SPLIT);
+
+    let savepoint = take_savepoint(dir.path(), Duration::from_millis(700));
+    assert!(savepoint.join("_metadata").is_file());
+    for parallelism in [1, 3, 8] {
+        let ckpt = dir.path().join(format!("restored-{parallelism}"));
+        run_to_end(&ckpt, &job(parallelism, false), &savepoint, false).unwrap();
+        assert_eq!(
+            final_counts(&ckpt),
+            expected,
+            "restored at parallelism {parallelism}"
+        );
+    }
+}
+
+#[test]
+fn a_savepoint_copied_elsewhere_restores_after_the_original_is_deleted_and_outlives_checkpoint_rotation(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let savepoint = take_savepoint(dir.path(), Duration::from_millis(500));
+    let files: Vec<_> = std::fs::read_dir(&savepoint)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(files.len() > 2, "{files:?}");
+    // The job's own checkpoints rotated (num-retained 2) while the savepoint stayed whole.
+    let checkpoints = CheckpointStorage::open(&dir.path().join("ckpt-a"), "counting")
+        .unwrap()
+        .list_completed()
+        .unwrap();
+    assert!(checkpoints.len() <= 2, "{checkpoints:?}");
+    let still: Vec<_> = std::fs::read_dir(&savepoint)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(still.len(), files.len());
+
+    let moved = dir.path().join("elsewhere").join("sp");
+    std::fs::create_dir_all(&moved).unwrap();
+    for f in &files {
+        std::fs::copy(savepoint.join(f), moved.join(f)).unwrap();
+    }
+    std::fs::remove_dir_all(&savepoint).unwrap();
+    let ckpt = dir.path().join("from-copy");
+    run_to_end(&ckpt, &job(2, false), &moved, false).unwrap();
+    assert_eq!(
+        final_counts(&ckpt).values().sum::<u64>(),
+        2 * EVENTS_PER_SPLIT
+    );
+}
+
+#[test]
+fn state_of_a_missing_uid_is_refused_with_the_uids_listed_unless_skipping_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Take the savepoint from a job that has one more keyed operator than the one restored.
+    let graph = job(2, true);
+    let config = exec(&dir.path().join("ckpt-a"), StartMode::New);
+    let handle = JobHandle::new(&graph, &config.checkpoint, StopHandle::new());
+    let remote = handle.clone();
+    let target = dir.path().join("savepoints");
+    let waiter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        let request = remote.stop_with_savepoint(Some(target)).unwrap();
+        loop {
+            if let Some(RequestStatus::Completed {
+                location: Some(p), ..
+            }) = remote.request(request)
+            {
+                return p;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    execute_job(&graph, &config, &handle, &mut |_| {}).unwrap();
+    let savepoint = waiter.join().unwrap();
+
+    let refused = run_to_end(&dir.path().join("b"), &job(2, false), &savepoint, false).unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.contains("recounts") && message.contains("--allow-non-restored-state"),
+        "{message}"
+    );
+    assert_eq!(refused.exit_code(), 2);
+    run_to_end(&dir.path().join("c"), &job(2, false), &savepoint, true).unwrap();
+}
+
+#[test]
+fn a_claimed_savepoint_is_deleted_once_a_newer_checkpoint_completed_and_an_unclaimed_one_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let savepoint = take_savepoint(dir.path(), Duration::from_millis(400));
+    run_to_end(
+        &dir.path().join("no-claim"),
+        &job(2, false),
+        &savepoint,
+        false,
+    )
+    .unwrap();
+    assert!(
+        savepoint.join("_metadata").is_file(),
+        "no-claim must never delete the savepoint"
+    );
+
+    let mut config = exec(&dir.path().join("claim"), StartMode::New);
+    config.from_savepoint = Some(savepoint.clone());
+    config.claim_mode = weir_runtime::ClaimMode::Claim;
+    execute(&job(2, false), &config, &StopHandle::new(), &mut |_| {}).unwrap();
+    assert!(
+        !savepoint.exists(),
+        "a claimed savepoint outlived the checkpoints after it"
+    );
+}
+
+#[test]
+fn restoring_with_another_max_parallelism_is_refused_because_it_would_move_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let savepoint = take_savepoint(dir.path(), Duration::from_millis(300));
+    let env = StreamEnv::new("counting");
+    env.set_max_parallelism(64);
+    env.source("events", EventGenerator::new(9, 500).with_limit(10))
+        .key_by(|e: &Event| e.user)
+        .count("counts")
+        .sink("out", CollectSink::default());
+    let err = run_to_end(
+        &dir.path().join("b"),
+        &env.build().unwrap(),
+        &savepoint,
+        false,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("max-parallelism"), "{err}");
+    assert_eq!(err.exit_code(), 2);
+}

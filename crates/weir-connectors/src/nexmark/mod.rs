@@ -1,0 +1,34 @@
+//! The Nexmark benchmark: a deterministic generator of its three event streams — people,
+//! auctions and bids of an online auction site — a replayable source of them, and its queries
+//! as Weir jobs.
+//!
+//! ```
+//! use weir_api::prelude::*;
+//! use weir_connectors::nexmark::{self, NexmarkConfig, NexmarkSource};
+//!
+//! let env = StreamEnv::new("nexmark-q5");
+//! let events = env.source_with_watermarks(
+//!     "nexmark",
+//!     NexmarkSource::new(NexmarkConfig::default()).with_limit(100_000),
+//!     nexmark::watermarks(),
+//! );
+//! nexmark::queries::q5(events).sink("out", CollectSink::default());
+//! assert!(env.build().is_ok());
+//! ```
+
+mod generator;
+mod model;
+pub mod queries;
+mod source;
+
+pub use generator::{NexmarkConfig, NexmarkGenerator};
+pub use model::{Auction, Bid, Channel, Event, Person, CHANNELS};
+pub use source::NexmarkSource;
+
+use weir_runtime::watermark::{BoundedOutOfOrderness, WatermarkStrategy};
+
+/// How a Nexmark source makes watermarks: each subtask's events are in event-time order, so
+/// its watermark trails the latest event by one millisecond.
+pub fn watermarks() -> WatermarkStrategy<BoundedOutOfOrderness<fn(&Event) -> i64>> {
+    WatermarkStrategy::for_monotonous_timestamps(Event::date_time as fn(&Event) -> i64)
+}

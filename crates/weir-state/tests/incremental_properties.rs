@@ -1,0 +1,245 @@
+//! Properties of incremental keyed snapshots: whatever the interleaving of writes, snapshots,
+//! completions, aborts and lost notifications, every completed checkpoint restores exactly the
+//! contents as of its snapshot, and never references a file that reference counting over the
+//! retained checkpoints would have deleted.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use weir_state::*;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Write(Vec<Op>),
+    /// Take a snapshot (checkpoint ids ascend); its worker writes the data file at once.
+    Snapshot,
+    /// The oldest unacknowledged snapshot acknowledges: the coordinator learns its files.
+    Ack,
+    /// The oldest pending snapshot completes; the task hears of it or not.
+    Complete {
+        notify: bool,
+    },
+    /// The oldest pending snapshot is aborted; the task hears of it or not.
+    Abort {
+        notify: bool,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => prop::collection::vec(op(), 0..30).prop_map(Step::Write),
+        3 => Just(Step::Snapshot),
+        2 => Just(Step::Ack),
+        2 => Just(Step::Complete { notify: true }),
+        1 => any::<bool>().prop_map(|notify| Step::Complete { notify }),
+        1 => any::<bool>().prop_map(|notify| Step::Abort { notify }),
+    ]
+}
+
+/// A checkpoint store as the coordinator keeps it: retained manifests and the shared files
+/// they reference, deleted when no retained or pending checkpoint references them.
+struct Store {
+    files: HashMap<String, Vec<u8>>,
+    /// Files some acknowledgement named: the only ones the coordinator ever deletes.
+    known: BTreeSet<String>,
+    retained: Vec<(u64, Vec<u8>, Contents)>,
+    num_retained: usize,
+}
+
+impl Store {
+    fn referenced(manifest: &[u8]) -> BTreeSet<String> {
+        KeyedManifest::decode(manifest)
+            .expect("manifest")
+            .files()
+            .iter()
+            .map(|f| f.path.clone())
+            .collect()
+    }
+
+    fn collect_garbage(&mut self, pending: &[Pending]) {
+        let mut live = BTreeSet::new();
+        for (_, manifest, _) in &self.retained {
+            live.extend(Self::referenced(manifest));
+        }
+        for p in pending.iter().filter(|p| p.acked) {
+            live.extend(Self::referenced(&p.manifest));
+        }
+        let known = &self.known;
+        self.files
+            .retain(|path, _| live.contains(path) || !known.contains(path));
+    }
+}
+
+/// A snapshot taken and not yet completed or aborted.
+struct Pending {
+    id: u64,
+    manifest: Vec<u8>,
+    contents: Contents,
+    acked: bool,
+}
+
+fn restore(manifest: &[u8], files: &HashMap<String, Vec<u8>>, range: KeyGroupRange) -> Contents {
+    let manifest = KeyedManifest::decode(manifest).expect("manifest decodes");
+    let needed: HashMap<String, Vec<u8>> = manifest
+        .files_for(range)
+        .into_iter()
+        .map(|f| {
+            let bytes = files
+                .get(&f.path)
+                .unwrap_or_else(|| panic!("{} was deleted while referenced", f.path));
+            assert_eq!(crc32c_of(bytes), f.checksum);
+            (f.path.clone(), bytes.clone())
+        })
+        .collect();
+    let reader = manifest.reader(range, needed).expect("reader");
+    reader.check_covers(range).expect("covers");
+    let mut t = tables();
+    t.init(manifest.max_parallelism().max(1), range);
+    t.restore(&reader).expect("restore");
+    Contents::of(&t)
+}
+
+/// Not the real CRC-32C, but a stand-in checksum the test gives the files it "writes".
+fn crc32c_of(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0u32, |h, b| h.rotate_left(5) ^ *b as u32)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn every_completed_incremental_checkpoint_restores_its_snapshot_and_keeps_its_files(
+        max_parallelism in 4u32..24,
+        steps in prop::collection::vec(step(), 1..60),
+    ) {
+        let range = KeyGroupRange::new(0, max_parallelism);
+        let mut live = tables();
+        live.init(max_parallelism, range);
+        let mut model = Contents::default();
+        let base = IncrementalBase::new();
+        let mut store = Store {
+            files: HashMap::new(),
+            known: BTreeSet::new(),
+            retained: Vec::new(),
+            num_retained: 1,
+        };
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut next_id = 1;
+        for step in steps {
+            match step {
+                Step::Write(ops) => {
+                    for op in &ops {
+                        apply(&mut live, op, max_parallelism);
+                        model.apply(op);
+                    }
+                }
+                Step::Snapshot => {
+                    let id = next_id;
+                    next_id += 1;
+                    let mut frozen = Vec::new();
+                    live.snapshot(&mut frozen);
+                    let plan = base.plan(id, &frozen);
+                    // The worker: encode, "write" the data file, record the chains.
+                    let encoding = encode_incremental(&frozen, range, &plan).expect("encode");
+                    let file = encoding.data.as_ref().map(|chunks| {
+                        let data = chunks.concat();
+                        let path = format!("shared/{id}");
+                        let (size, checksum) = (data.len() as u64, crc32c_of(&data));
+                        store.files.insert(path.clone(), data);
+                        Arc::new(SharedStateFile { path, size, checksum })
+                    });
+                    let (chains, manifest) = encoding.finish(&plan, file).expect("finish");
+                    base.record_written(&plan, chains);
+                    pending.push(Pending { id, manifest, contents: model.clone(), acked: false });
+                }
+                Step::Ack => {
+                    if let Some(p) = pending.iter_mut().find(|p| !p.acked) {
+                        p.acked = true;
+                        store.known.extend(Store::referenced(&p.manifest));
+                    }
+                }
+                Step::Complete { notify } => {
+                    if pending.first().is_none_or(|p| !p.acked) { continue; }
+                    let Pending { id, manifest, contents, .. } = pending.remove(0);
+                    // Completion subsumes nothing older here (we complete the oldest).
+                    store.retained.push((id, manifest, contents));
+                    while store.retained.len() > store.num_retained {
+                        store.retained.remove(0);
+                    }
+                    store.collect_garbage(&pending);
+                    if notify { base.complete(id); }
+                }
+                Step::Abort { notify } => {
+                    if pending.is_empty() { continue; }
+                    let id = pending.remove(0).id;
+                    store.collect_garbage(&pending);
+                    if notify { base.abort(id); }
+                }
+            }
+            // Every retained checkpoint is intact and restores what it snapshotted.
+            for (_, manifest, contents) in &store.retained {
+                prop_assert_eq!(&restore(manifest, &store.files, range), contents);
+            }
+        }
+        // Restore at another parallelism from the newest retained checkpoint, and keep going
+        // incrementally from the restored base.
+        if let Some((id, manifest, contents)) = store.retained.last().cloned() {
+            let mut merged = Contents::default();
+            for index in 0..2 {
+                let r = KeyGroupRange::for_subtask(max_parallelism, 2, index);
+                merged.extend(restore(&manifest, &store.files, r));
+            }
+            prop_assert_eq!(&merged, &contents);
+
+            let m = KeyedManifest::decode(&manifest).unwrap();
+            let needed = m.files_for(range).into_iter()
+                .map(|f| (f.path.clone(), store.files[&f.path].clone())).collect();
+            let reader = m.reader(range, needed).unwrap();
+            let mut restored = tables();
+            restored.init(max_parallelism, range);
+            restored.restore(&reader).unwrap();
+            let base = IncrementalBase::restored(&reader, range);
+            let mut frozen = Vec::new();
+            restored.snapshot(&mut frozen);
+            let plan = base.plan(id + 1, &frozen);
+            let encoding = encode_incremental(&frozen, range, &plan).unwrap();
+            prop_assert!(encoding.data.is_none(), "an unchanged restored subtask writes no data");
+            let (_, again) = encoding.finish(&plan, None).unwrap();
+            prop_assert_eq!(restore(&again, &store.files, range), contents);
+        }
+    }
+}
+
+#[test]
+fn one_changed_key_in_many_writes_a_delta_much_smaller_than_the_full_snapshot() {
+    let mp = 16;
+    let range = KeyGroupRange::new(0, mp);
+    let mut s = ValueState::<u64, u64>::new("v");
+    s.init(mp, range);
+    for k in 0..10_000u64 {
+        s.set(&CurrentKey::new(&k, mp), k);
+    }
+    let base = IncrementalBase::new();
+    let mut sizes = Vec::new();
+    for id in 1..=2u64 {
+        let mut frozen = Vec::new();
+        s.snapshot(&mut frozen);
+        let plan = base.plan(id, &frozen);
+        let encoding = encode_incremental(&frozen, range, &plan).unwrap();
+        let data = encoding.data.clone().unwrap().concat();
+        sizes.push(data.len());
+        let file = Arc::new(SharedStateFile {
+            path: format!("shared/{id}"),
+            size: data.len() as u64,
+            checksum: 0,
+        });
+        let (chains, _) = encoding.finish(&plan, Some(file)).unwrap();
+        base.record_written(&plan, chains);
+        base.complete(id);
+        s.set(&CurrentKey::new(&7, mp), 0);
+    }
+    assert!(sizes[1] * 100 < sizes[0], "{sizes:?}");
+}

@@ -1,0 +1,150 @@
+//! Checkpoint storage on a local directory, through the real file system: durable round trips,
+//! damage detected by checksum and named by checkpoint and file, fallback past damaged
+//! checkpoints, and clean-up of what never completed.
+
+use std::collections::BTreeMap;
+use weir_checkpoint::CompletedCheckpoint;
+use weir_core::{
+    CheckpointId, CheckpointKind, HandleKind, JobId, OperatorId, StateHandle, SubtaskId,
+    SubtaskState,
+};
+use weir_state::OperatorStateSnapshot;
+use weir_storage::{CheckpointLayout, CheckpointMetadata, CheckpointStorage};
+
+fn storage(dir: &tempfile::TempDir) -> CheckpointStorage {
+    CheckpointStorage::open(dir.path(), "job").unwrap()
+}
+
+/// Writes checkpoint `id` with one operator-state file and, optionally, a shared file.
+fn checkpoint(storage: &CheckpointStorage, id: u64, shared: Option<&StateHandle>) -> StateHandle {
+    let state = OperatorStateSnapshot {
+        list: vec![("position".into(), vec![id.to_le_bytes().to_vec()])],
+        union: vec![],
+    };
+    let path = CheckpointLayout::state_file(CheckpointId(id), "source", 0, "op");
+    let handle = storage
+        .write_state_file(path, HandleKind::Operator, &state.encode())
+        .unwrap();
+    let mut handles = vec![handle.clone()];
+    handles.extend(shared.cloned());
+    let mut states = BTreeMap::new();
+    states.insert(
+        SubtaskId::new(OperatorId::from_uid("source"), 0),
+        SubtaskState::from_handles(handles),
+    );
+    let metadata = CheckpointMetadata {
+        job_name: "job".into(),
+        max_parallelism: 128,
+        operators: vec![],
+        checkpoint: CompletedCheckpoint {
+            job: JobId(1),
+            id: CheckpointId(id),
+            kind: CheckpointKind::Checkpoint,
+            trigger_timestamp_ms: id,
+            completion_timestamp_ms: id,
+            subtask_states: states,
+        },
+    };
+    storage.write_metadata(&metadata).unwrap();
+    handle
+}
+
+fn shared_file(storage: &CheckpointStorage, name: &str) -> StateHandle {
+    // A valid (empty) keyed data file: magic, version, checksum of both.
+    let mut bytes = b"WEIRKDAT".to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    let checksum = xxhash_rust::xxh3::xxh3_64(&bytes);
+    bytes.extend_from_slice(&checksum.to_le_bytes());
+    storage
+        .write_shared_file(
+            format!("shared/{name}"),
+            HandleKind::Keyed {
+                key_groups: weir_core::KeyGroupRange::new(0, 128),
+            },
+            vec![bytes],
+        )
+        .unwrap()
+}
+
+#[test]
+fn a_state_file_round_trips_and_a_bit_flip_or_truncation_is_named_by_checkpoint_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir);
+    let handle = checkpoint(&s, 7, None);
+    assert!(s.verify(CheckpointId(7)).is_ok());
+    let file = dir.path().join("job").join(&handle.path);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[3] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    let err = s.verify(CheckpointId(7)).unwrap_err().to_string();
+    assert!(err.starts_with("checkpoint 7 in "), "{err}");
+    assert!(err.contains("chk-7/source-0.op"), "{err}");
+    assert!(err.contains("checksum mismatch"), "{err}");
+    std::fs::write(&file, &bytes[..4]).unwrap();
+    let err = s.verify(CheckpointId(7)).unwrap_err().to_string();
+    assert!(err.contains("truncated"), "{err}");
+}
+
+#[test]
+fn a_torn_metadata_file_is_detected_and_the_previous_checkpoint_is_found_instead() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir);
+    checkpoint(&s, 1, None);
+    checkpoint(&s, 2, None);
+    let meta = dir.path().join("job/chk-2/_metadata");
+    let bytes = std::fs::read(&meta).unwrap();
+    std::fs::write(&meta, &bytes[..bytes.len() - 3]).unwrap();
+    let latest = s.find_latest().unwrap();
+    assert_eq!(latest.metadata.unwrap().checkpoint.id, CheckpointId(1));
+    let (id, err) = &latest.skipped[0];
+    assert_eq!(*id, CheckpointId(2));
+    let err = err.to_string();
+    assert!(err.contains("checkpoint 2") && err.contains("chk-2/_metadata"), "{err}");
+}
+
+#[test]
+fn starting_up_deletes_incomplete_checkpoints_and_unreferenced_shared_files_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir);
+    let kept = shared_file(&s, "kept.kgs");
+    let orphan = shared_file(&s, "orphan.kgs");
+    checkpoint(&s, 1, Some(&kept));
+    // Checkpoint 2 never completed: a state file, no metadata.
+    s.write_state_file(
+        CheckpointLayout::state_file(CheckpointId(2), "source", 0, "op"),
+        HandleKind::Operator,
+        b"x",
+    )
+    .unwrap();
+    assert_eq!(s.list_checkpoint_dirs().unwrap().len(), 2);
+    assert_eq!(s.discard_incomplete().unwrap(), vec![CheckpointId(2)]);
+    assert_eq!(s.list_checkpoint_dirs().unwrap(), vec![CheckpointId(1)]);
+    let shared: Vec<String> = s.shared_files().unwrap().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(shared, vec![kept.path.clone()]);
+    assert!(!dir.path().join("job").join(&orphan.path).exists());
+    assert!(s.verify(CheckpointId(1)).is_ok());
+    assert_eq!(s.max_checkpoint_id().unwrap(), Some(CheckpointId(1)));
+}
+
+#[test]
+fn discarding_everything_leaves_an_empty_job_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir);
+    let shared = shared_file(&s, "a.kgs");
+    checkpoint(&s, 1, Some(&shared));
+    checkpoint(&s, 2, Some(&shared));
+    s.discard_all().unwrap();
+    assert!(s.list_checkpoint_dirs().unwrap().is_empty());
+    assert!(s.shared_files().unwrap().is_empty());
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("job")).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_path_that_is_a_file_is_refused_as_a_checkpoint_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = CheckpointStorage::open(&file, "job").unwrap_err().to_string();
+    assert!(err.contains("not a directory"), "{err}");
+}

@@ -1,0 +1,305 @@
+//! `weir bench nexmark` and `weir bench keyed-count`: end-to-end throughput of event-time and
+//! keyed-state jobs with checkpointing off or on, reported as one JSON object with the
+//! measurements the benchmark table needs: events per second, per CPU core actually used,
+//! checkpoint durations, and peak memory.
+//!
+//! "Per core" follows Nexmark's method: throughput divided by the average number of cores the
+//! process kept busy (user + system CPU time over wall time), so a job that leaves a core idle
+//! is not credited with it.
+
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weir_core::config::CheckpointConfig;
+use weir_runtime::operators::SinkFunction;
+use weir_runtime::restart::RestartStrategy;
+use weir_runtime::{ExecutionConfig, JobSummary, StartMode, StopHandle, TaskError};
+
+use crate::cli::duration_arg;
+use crate::CliError;
+
+/// The benchmark suites with their own flags.
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchSuite {
+    /// A Nexmark query over generated people, auctions and bids.
+    Nexmark(NexmarkArgs),
+    /// The simplest stateful job: count and sum per key.
+    KeyedCount(KeyedCountArgs),
+}
+
+/// Flags every suite shares.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[arg(long, short = 'p', default_value_t = 2)]
+    pub parallelism: u32,
+    /// Checkpoint interval (e.g. 1s, 10s), or `off`.
+    #[arg(long, default_value = "off", value_parser = interval_arg)]
+    pub checkpoint_interval: Option<Duration>,
+    /// Where checkpoints go; a temporary directory (deleted afterwards) by default.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Run an unbounded source for this long instead of a fixed number of events.
+    #[arg(long, value_parser = duration_arg)]
+    pub duration: Option<Duration>,
+    /// Sample the resident memory this often and report the samples (`rss_samples`).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub sample_rss: Option<Duration>,
+    /// Print one JSON object (the default is a sentence).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NexmarkArgs {
+    /// q0, q1, q2, q3, q4, q5, q7 or q8.
+    #[arg(long, value_parser = weir_connectors::nexmark::queries::QUERIES)]
+    pub query: String,
+    /// Events to generate (people, auctions and bids together).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub events: u64,
+    /// Emit events at the generator's event rate (`--event-rate`) instead of as fast as
+    /// possible.
+    #[arg(long)]
+    pub throttled: bool,
+    /// Events per second of event time (nexmark-flink's default: 10 million).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub event_rate: u64,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct KeyedCountArgs {
+    /// Records to generate.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub records: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Emit every key's updated count and sum for every record (a changelog, as a streaming
+    /// GROUP BY does) instead of once per key at the end of the input.
+    #[arg(long)]
+    pub emit_updates: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+fn interval_arg(text: &str) -> Result<Option<Duration>, String> {
+    if text.eq_ignore_ascii_case("off") {
+        Ok(None)
+    } else {
+        duration_arg(text).map(Some)
+    }
+}
+
+pub fn run(suite: BenchSuite) -> Result<(), CliError> {
+    match suite {
+        BenchSuite::Nexmark(args) => crate::bench_nexmark::run(args),
+        BenchSuite::KeyedCount(args) => crate::bench_keyed_count::run(args),
+    }
+}
+
+/// A sink that counts what reaches it and drops it.
+#[derive(Clone, Default)]
+pub struct CountingSink(pub Arc<AtomicU64>);
+
+impl<T: Send + 'static> SinkFunction<T> for CountingSink {
+    fn write_batch(&mut self, batch: Vec<T>) -> Result<(), TaskError> {
+        self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The execution settings of a benchmark run, and its scratch directory.
+pub struct Setup {
+    pub exec: ExecutionConfig,
+    pub stop: StopHandle,
+    scratch: Option<PathBuf>,
+    sampler: Option<std::thread::JoinHandle<Vec<u64>>>,
+    sampling: Arc<std::sync::atomic::AtomicBool>,
+    cpu_start: f64,
+}
+
+impl Setup {
+    pub fn new(run: &RunArgs, job: &str) -> Result<Setup, CliError> {
+        if run.parallelism == 0 {
+            return Err(CliError::usage("--parallelism must be at least 1"));
+        }
+        let scratch = match &run.checkpoint_dir {
+            Some(_) => None,
+            None => Some(std::env::temp_dir().join(format!(
+                "weir-bench-{job}-{}",
+                std::process::id()
+            ))),
+        };
+        let dir = run
+            .checkpoint_dir
+            .clone()
+            .or_else(|| scratch.clone())
+            .unwrap_or_default();
+        let exec = ExecutionConfig {
+            checkpoint: CheckpointConfig {
+                interval: run.checkpoint_interval,
+                dir,
+                ..CheckpointConfig::default()
+            },
+            start: StartMode::Fresh,
+            // A failed final checkpoint (or any failure) restarts from the latest checkpoint
+            // rather than losing the run; restarts are reported.
+            restart: RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(100),
+            },
+            ..ExecutionConfig::default()
+        };
+        let stop = StopHandle::new();
+        if let Some(duration) = run.duration {
+            let timer = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(duration);
+                timer.stop();
+            });
+        }
+        let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let sampler = run.sample_rss.map(|every| {
+            let sampling = sampling.clone();
+            std::thread::spawn(move || {
+                let mut samples = Vec::new();
+                let mut next = Instant::now();
+                while sampling.load(Ordering::Relaxed) {
+                    if Instant::now() >= next {
+                        samples.push(proc_status_bytes("VmRSS:").unwrap_or(0));
+                        next += every;
+                    }
+                    std::thread::sleep(Duration::from_millis(50).min(every));
+                }
+                samples
+            })
+        });
+        Ok(Setup {
+            exec,
+            stop,
+            scratch,
+            sampler,
+            sampling,
+            cpu_start: cpu_seconds(),
+        })
+    }
+
+    /// Ends the run: stops sampling, deletes the scratch directory and measures.
+    pub fn finish(self, summary: &JobSummary) -> Measured {
+        let cpu = cpu_seconds() - self.cpu_start;
+        self.sampling.store(false, Ordering::Relaxed);
+        let rss_samples = self
+            .sampler
+            .and_then(|s| s.join().ok())
+            .unwrap_or_default();
+        if let Some(scratch) = &self.scratch {
+            let _ = std::fs::remove_dir_all(scratch);
+        }
+        let d = summary.stats.summary.end_to_end_duration_ms.snapshot();
+        Measured {
+            seconds: summary.elapsed.as_secs_f64().max(1e-9),
+            cpu_seconds: cpu,
+            checkpoints_completed: summary.checkpoints_completed,
+            checkpoints_failed: summary.checkpoints_failed,
+            p50: d.p50,
+            p99: d.p99,
+            last_checkpoint_bytes: summary.last_checkpoint.map_or(0, |c| c.size_bytes),
+            restarts: summary.restarts,
+            peak_rss_bytes: proc_status_bytes("VmHWM:").unwrap_or(0),
+            rss_samples,
+        }
+    }
+}
+
+/// What a run measured.
+pub struct Measured {
+    pub seconds: f64,
+    pub cpu_seconds: f64,
+    pub checkpoints_completed: u64,
+    pub checkpoints_failed: u64,
+    pub p50: u64,
+    pub p99: u64,
+    pub last_checkpoint_bytes: u64,
+    pub restarts: u32,
+    pub peak_rss_bytes: u64,
+    pub rss_samples: Vec<u64>,
+}
+
+impl Measured {
+    /// The JSON object of a run of `query` over `events`, with `extra` fields (already
+    /// formatted as `"name":value` pairs) first.
+    pub fn json(&self, query: &str, events: u64, run: &RunArgs, extra: &str) -> String {
+        let rate = events as f64 / self.seconds;
+        let cores = self.cpu_seconds / self.seconds;
+        let per_core = if self.cpu_seconds > 0.0 {
+            events as f64 / self.cpu_seconds
+        } else {
+            0.0
+        };
+        let interval = run
+            .checkpoint_interval
+            .map_or("null".to_string(), |i| format!("\"{}ms\"", i.as_millis()));
+        let samples: Vec<String> = self.rss_samples.iter().map(u64::to_string).collect();
+        format!(
+            "{{\"query\":\"{query}\",{extra}\"events\":{events},\"parallelism\":{},\"checkpoint_interval\":{interval},\"seconds\":{:.3},\"events_per_second\":{rate:.0},\"cores_used\":{cores:.2},\"events_per_second_per_core\":{per_core:.0},\"checkpoints_completed\":{},\"checkpoints_failed\":{},\"checkpoint_duration_p50_ms\":{},\"checkpoint_duration_p99_ms\":{},\"last_checkpoint_bytes\":{},\"restarts\":{},\"peak_rss_bytes\":{},\"rss_samples\":[{}]}}",
+            run.parallelism,
+            self.seconds,
+            self.checkpoints_completed,
+            self.checkpoints_failed,
+            self.p50,
+            self.p99,
+            self.last_checkpoint_bytes,
+            self.restarts,
+            self.peak_rss_bytes,
+            samples.join(","),
+        )
+    }
+
+    /// One sentence for a terminal.
+    pub fn sentence(&self, what: &str, events: u64) -> String {
+        format!(
+            "{what}: {events} events in {:.2} s = {:.2} M events/s ({:.2} M/s per core, {:.2} cores busy); {} checkpoints (p50 {} ms, p99 {} ms); peak RSS {} MiB",
+            self.seconds,
+            events as f64 / self.seconds / 1e6,
+            events as f64 / self.cpu_seconds.max(1e-9) / 1e6,
+            self.cpu_seconds / self.seconds,
+            self.checkpoints_completed,
+            self.p50,
+            self.p99,
+            self.peak_rss_bytes >> 20,
+        )
+    }
+}
+
+/// A `kB` line of `/proc/self/status` (e.g. `VmHWM:`, the peak resident set), in bytes.
+fn proc_status_bytes(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// User plus system CPU time of this process so far, from `/proc/self/stat` (in clock ticks
+/// of 1/100 s, Linux's `USER_HZ`).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}

@@ -29,7 +29,9 @@
 //! ```
 
 use weir_runtime::channel::Either;
-use weir_runtime::graph::{keyed_writers, left_channels, one_input_factory, right_channels, NodeRole};
+use weir_runtime::graph::{
+    keyed_writers, left_channels, one_input_factory, right_channels, NodeRole,
+};
 use weir_runtime::operators::window::{
     CoGroup, CoGroupFunction, DropLate, InnerJoin, IntervalJoinOperator, Joining,
     PanedWindowOperator, SessionWindowOperator, WindowElements,
@@ -184,17 +186,19 @@ where
             Either::Right(b) => tb(b),
         };
         let factory = match self.windows {
-            Windows::Panes(g) => one_input_factory::<Either<A, B>, O, _>(PanedWindowOperator::<
-                _,
-                _,
-                _,
-                _,
-                _,
-                _,
-                DropLate,
-            >::new(
-                key, time, g, Joining(function)
-            )),
+            Windows::Panes(g) => {
+                one_input_factory::<Either<A, B>, O, _>(PanedWindowOperator::<
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    _,
+                    DropLate,
+                >::new(
+                    key, time, g, Joining(function)
+                ))
+            }
             Windows::Sessions(s) => {
                 one_input_factory::<Either<A, B>, O, _>(SessionWindowOperator::<
                     _,

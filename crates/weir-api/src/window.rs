@@ -23,8 +23,8 @@ use std::time::Duration;
 use weir_runtime::channel::Either;
 use weir_runtime::graph::{direct_channels, keyed_writers, one_input_factory, NodeRole};
 use weir_runtime::operators::window::{
-    AggregateFunction, Aggregating, Buffering, DropLate, EventTimeSessionWindows,
-    LateToSideOutput, PaneGeometry, PanedWindowOperator, ProcessWindowFunction, ReduceAggregate,
+    AggregateFunction, Aggregating, Buffering, DropLate, EventTimeSessionWindows, LateToSideOutput,
+    PaneGeometry, PanedWindowOperator, ProcessWindowFunction, ReduceAggregate,
     SessionWindowOperator, SlidingEventTimeWindows, TumblingEventTimeWindows, WindowFunction,
     WindowResult,
 };
@@ -169,8 +169,10 @@ where
                 .with_allowed_lateness(allowed_lateness),
             ),
             (Windows::Sessions(s), false) => one_input_factory::<T, O, _>(
-                SessionWindowOperator::<_, _, _, _, _, _, DropLate>::new(key, timestamp, s, function)
-                    .with_allowed_lateness(allowed_lateness),
+                SessionWindowOperator::<_, _, _, _, _, _, DropLate>::new(
+                    key, timestamp, s, function,
+                )
+                .with_allowed_lateness(allowed_lateness),
             ),
             (Windows::Sessions(s), true) => one_input_factory::<T, Either<O, T>, _>(
                 SessionWindowOperator::<_, _, _, _, _, _, LateToSideOutput>::new(

@@ -19,7 +19,13 @@ fn run(env: &StreamEnv, batch_size: usize) {
         ..ExecutionConfig::default()
     };
     config.checkpoint.dir = dir.path().to_path_buf();
-    execute(&env.build().unwrap(), &config, &StopHandle::new(), &mut |_| {}).unwrap();
+    execute(
+        &env.build().unwrap(),
+        &config,
+        &StopHandle::new(),
+        &mut |_| {},
+    )
+    .unwrap();
 }
 
 /// Pseudo-random clicks, a little out of order (at most 500 ms).
@@ -54,14 +60,21 @@ fn tumbling_and_sliding_window_counts_equal_a_batch_count_per_window() {
     let env = StreamEnv::new("windows");
     env.set_parallelism(2);
     let source = env
-        .source_with_watermarks("clicks", VecSource::new(input.clone()), strategy(Duration::from_secs(1)))
+        .source_with_watermarks(
+            "clicks",
+            VecSource::new(input.clone()),
+            strategy(Duration::from_secs(1)),
+        )
         .parallelism(1);
     let tumbling = CollectSink::default();
     let sliding = CollectSink::default();
     source
         .clone()
         .key_by(|c: &Click| c.0)
-        .window(TumblingEventTimeWindows::of(Duration::from_secs(10)), |c: &Click| c.1)
+        .window(
+            TumblingEventTimeWindows::of(Duration::from_secs(10)),
+            |c: &Click| c.1,
+        )
         .aggregate("tumbling", Count)
         .sink("tumbling-out", tumbling.clone());
     source
@@ -90,7 +103,10 @@ fn tumbling_and_sliding_window_counts_equal_a_batch_count_per_window() {
         let mut m = BTreeMap::new();
         for r in sink.records() {
             assert_eq!(r.window.end - r.window.start, 10_000);
-            assert!(m.insert((r.key, r.window.start), r.value).is_none(), "fired twice: {r:?}");
+            assert!(
+                m.insert((r.key, r.window.start), r.value).is_none(),
+                "fired twice: {r:?}"
+            );
         }
         m
     };
@@ -101,14 +117,29 @@ fn tumbling_and_sliding_window_counts_equal_a_batch_count_per_window() {
 #[test]
 fn session_windows_close_after_the_gap_and_merge_when_a_record_bridges_them() {
     // User 1: 0, 400, 800 (one session); 5000 (another). User 2: 0, 1500, 700 (bridges).
-    let input: Vec<Click> = vec![(1, 0), (2, 0), (1, 400), (2, 1_500), (1, 800), (2, 700), (1, 5_000)];
+    let input: Vec<Click> = vec![
+        (1, 0),
+        (2, 0),
+        (1, 400),
+        (2, 1_500),
+        (1, 800),
+        (2, 700),
+        (1, 5_000),
+    ];
     let env = StreamEnv::new("sessions");
     let sink = CollectSink::default();
-    env.source_with_watermarks("clicks", VecSource::new(input), strategy(Duration::from_secs(2)))
-        .key_by(|c: &Click| c.0)
-        .window(EventTimeSessionWindows::with_gap(Duration::from_secs(1)), |c: &Click| c.1)
-        .aggregate("sessions", Count)
-        .sink("out", sink.clone());
+    env.source_with_watermarks(
+        "clicks",
+        VecSource::new(input),
+        strategy(Duration::from_secs(2)),
+    )
+    .key_by(|c: &Click| c.0)
+    .window(
+        EventTimeSessionWindows::with_gap(Duration::from_secs(1)),
+        |c: &Click| c.1,
+    )
+    .aggregate("sessions", Count)
+    .sink("out", sink.clone());
     run(&env, 1);
     let got = sorted(
         sink.records()
@@ -140,11 +171,16 @@ fn late_records_refire_within_the_allowed_lateness_and_go_to_the_side_output_aft
     let counts = env
         .source_with_watermarks("clicks", VecSource::new(input), strategy(Duration::ZERO))
         .key_by(|c: &Click| c.0)
-        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)), |c: &Click| c.1)
+        .window(
+            TumblingEventTimeWindows::of(Duration::from_secs(1)),
+            |c: &Click| c.1,
+        )
         .allowed_lateness(Duration::from_millis(500))
         .side_output_late_data(&late)
         .aggregate("count", Count);
-    counts.side_output(&late).sink("late-out", late_sink.clone());
+    counts
+        .side_output(&late)
+        .sink("late-out", late_sink.clone());
     counts.sink("out", results.clone());
     run(&env, 1);
     let got: Vec<(i64, u64)> = results
@@ -161,21 +197,28 @@ fn a_window_process_function_sees_every_record_of_its_window() {
     let input = clicks(5_000);
     let env = StreamEnv::new("process");
     let sink = CollectSink::default();
-    env.source_with_watermarks("clicks", VecSource::new(input.clone()), strategy(Duration::from_secs(1)))
-        .key_by(|c: &Click| c.0 % 3)
-        .window(
-            SlidingEventTimeWindows::of(Duration::from_secs(6), Duration::from_secs(3)),
-            |c: &Click| c.1,
-        )
-        .process(
-            "max-time",
-            |key: &u64, w: TimeWindow, elements: WindowElements<'_, Click>, out: &mut Vec<(u64, i64, usize, i64)>| {
-                let n = elements.total();
-                let max = elements.map(|c| c.1).max().unwrap_or(i64::MIN);
-                out.push((*key, w.start, n, max));
-            },
-        )
-        .sink("out", sink.clone());
+    env.source_with_watermarks(
+        "clicks",
+        VecSource::new(input.clone()),
+        strategy(Duration::from_secs(1)),
+    )
+    .key_by(|c: &Click| c.0 % 3)
+    .window(
+        SlidingEventTimeWindows::of(Duration::from_secs(6), Duration::from_secs(3)),
+        |c: &Click| c.1,
+    )
+    .process(
+        "max-time",
+        |key: &u64,
+         w: TimeWindow,
+         elements: WindowElements<'_, Click>,
+         out: &mut Vec<(u64, i64, usize, i64)>| {
+            let n = elements.total();
+            let max = elements.map(|c| c.1).max().unwrap_or(i64::MIN);
+            out.push((*key, w.start, n, max));
+        },
+    )
+    .sink("out", sink.clone());
     run(&env, 100);
     let mut expected = BTreeMap::new();
     for &(user, t) in &input {

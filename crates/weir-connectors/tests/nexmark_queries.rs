@@ -6,8 +6,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 use weir_api::prelude::*;
 use weir_api::ExactlyOnceCollectSink;
-use weir_connectors::nexmark::queries::{self, CategoryAverage, HighestBid, HotItem, LocalItem, NewSeller};
-use weir_connectors::nexmark::{Auction, Bid, Event, NexmarkConfig, NexmarkGenerator, NexmarkSource, Person};
+use weir_connectors::nexmark::queries::{
+    self, CategoryAverage, HighestBid, HotItem, LocalItem, NewSeller,
+};
+use weir_connectors::nexmark::{
+    Auction, Bid, Event, NexmarkConfig, NexmarkGenerator, NexmarkSource, Person,
+};
 use weir_runtime::injection::FailureInjection;
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{execute, ExecutionConfig, StartMode, StopHandle};
@@ -59,7 +63,13 @@ where
             probability,
         });
     }
-    let summary = execute(&env.build().unwrap(), &exec, &StopHandle::new(), &mut |_| {}).unwrap();
+    let summary = execute(
+        &env.build().unwrap(),
+        &exec,
+        &StopHandle::new(),
+        &mut |_| {},
+    )
+    .unwrap();
     if failures.is_some() {
         assert!(summary.restarts > 0, "no failure was injected");
     }

@@ -4,8 +4,11 @@
 //! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
 //! `.num-retained`, `.dir`, `.incremental`, `pipeline.max-parallelism`, and for `s3://`
 //! checkpoint directories `s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
-//! `s3.path.style.access` (as Flink's S3 file systems name them) and `s3.allow-http`. Unknown
-//! keys and malformed values are errors that name the key, never silently ignored.
+//! `s3.path.style.access` (as Flink's S3 file systems name them) and `s3.allow-http`, and for
+//! high availability `high-availability.type`, `high-availability.zookeeper.quorum`,
+//! `high-availability.zookeeper.path.root`, `high-availability.storageDir` and the ZooKeeper
+//! client's timeouts ([`HighAvailabilityConfig`]). Unknown keys and malformed values are errors
+//! that name the key, never silently ignored.
 //!
 //! ```
 //! use weir_core::config::{CheckpointConfig, Config};
@@ -15,6 +18,10 @@
 //! assert_eq!(checkpoints.interval.unwrap().as_millis(), 1000);
 //! assert_eq!(checkpoints.num_retained, 3);
 //! ```
+
+mod high_availability;
+
+pub use high_availability::{HighAvailabilityConfig, ZooKeeperHaConfig};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -98,6 +105,18 @@ pub const OPTIONS: &[(&str, &str)] = &[
         "restart-strategy.exponential-delay.attempts-before-reset-backoff",
         "(unlimited)",
     ),
+    ("high-availability.type", "none (or zookeeper)"),
+    (
+        "high-availability.zookeeper.quorum",
+        "(required with zookeeper; e.g. zk1:2181,zk2:2181,zk3:2181)",
+    ),
+    ("high-availability.zookeeper.path.root", "/weir"),
+    ("high-availability.storageDir", "(required with zookeeper)"),
+    ("high-availability.zookeeper.client.session-timeout", "60 s"),
+    (
+        "high-availability.zookeeper.client.connection-timeout",
+        "15 s",
+    ),
 ];
 
 /// A flat map of option keys to string values, validated on the way in.
@@ -164,7 +183,7 @@ impl Config {
             let wanted = rest.to_ascii_lowercase();
             if let Some((key, _)) = OPTIONS
                 .iter()
-                .find(|(k, _)| k.replace(['.', '-'], "_") == wanted)
+                .find(|(k, _)| k.replace(['.', '-'], "_").to_ascii_lowercase() == wanted)
             {
                 self.values.insert(key.to_string(), value);
             }

@@ -15,6 +15,7 @@ use crate::ids::shorten;
 const MAX_TARGET_LEN: usize = 4096;
 
 /// The directory to write a requested savepoint to: `Ok(None)` means the configured default.
+/// A relative target is taken relative to the server's working directory.
 pub fn resolve_target(
     requested: Option<&str>,
     roots: &[PathBuf],
@@ -101,7 +102,7 @@ fn local_path(text: &str) -> Result<PathBuf, ApiError> {
 }
 
 /// `path` made absolute against the working directory, with `.` components dropped.
-fn absolute_lexical(path: &Path) -> Result<PathBuf, ApiError> {
+pub fn absolute_lexical(path: &Path) -> Result<PathBuf, ApiError> {
     let base = if path.is_absolute() {
         PathBuf::new()
     } else {

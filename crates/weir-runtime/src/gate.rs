@@ -420,13 +420,66 @@ mod tests {
     }
 
     #[test]
+    fn a_watermark_behind_a_barrier_on_a_blocked_channel_waits_for_the_snapshot() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx0.send(Element::Watermark(5)).unwrap();
+        tx1.send(Element::Watermark(5)).unwrap();
+        tx0.send(barrier(1)).unwrap();
+        tx0.send(Element::Watermark(50)).unwrap(); // after the barrier on channel 0
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(5)));
+        tx1.send(Element::Watermark(60)).unwrap();
+        let deadline = Some(Instant::now());
+        // Channel 0 is blocked at its barrier: its watermark 50 is not read, so channel 1's
+        // 60 cannot move the subtask's watermark.
+        assert!(matches!(gate.next(deadline).unwrap(), GateEvent::Timeout));
+        assert_eq!(gate.watermark(), 5);
+        tx1.send(barrier(1)).unwrap();
+        assert!(matches!(
+            gate.next(None).unwrap(),
+            GateEvent::Aligned { .. }
+        ));
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(50)));
+    }
+
+    #[test]
+    fn an_idle_input_lets_the_watermark_follow_the_others_and_all_idle_makes_the_subtask_idle() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        let mut gate: InputGate<u32> =
+            InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        tx0.send(Element::Watermark(10)).unwrap();
+        tx1.send(Element::WatermarkStatus(WatermarkStatus::Idle))
+            .unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(10)));
+        tx0.send(Element::Watermark(20)).unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(20)));
+        tx0.send(Element::WatermarkStatus(WatermarkStatus::Idle))
+            .unwrap();
+        assert!(matches!(
+            gate.next(None).unwrap(),
+            GateEvent::WatermarkStatus(WatermarkStatus::Idle)
+        ));
+        tx1.send(Element::WatermarkStatus(WatermarkStatus::Active))
+            .unwrap();
+        assert!(matches!(
+            gate.next(None).unwrap(),
+            GateEvent::WatermarkStatus(WatermarkStatus::Active)
+        ));
+    }
+
+    #[test]
     fn watermarks_advance_with_the_slowest_input() {
         let (tx0, rx0) = bounded(16);
         let (tx1, rx1) = bounded(16);
         let (_ctl, control) = unbounded();
         tx0.send(Element::Watermark(10)).unwrap();
         tx1.send(Element::Watermark(5)).unwrap();
-        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        let mut gate: InputGate<u32> =
+            InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
         assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(5)));
         tx1.send(Element::Watermark(20)).unwrap();
         assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(10)));

@@ -12,6 +12,7 @@
 
 pub mod channel;
 pub mod control;
+mod deploy;
 pub mod driver;
 pub mod error;
 pub mod executor;
@@ -28,6 +29,7 @@ pub mod restart;
 pub mod restore;
 pub mod side_output;
 pub mod snapshot;
+mod supervise;
 pub mod task;
 pub mod timer_service;
 pub mod watermark;

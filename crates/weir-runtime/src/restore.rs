@@ -134,12 +134,7 @@ pub fn subtask_state(
     key_groups: KeyGroupRange,
 ) -> Result<RestoredState, JobError> {
     let id = node.id();
-    let keyed = read_keyed_state(storage, metadata, id, key_groups).map_err(|e| match e {
-        JobError::Restore(m) if m.contains(LACKS) => {
-            JobError::Restore(m.replace(LACKS, &format!("lacks keyed state of '{}' for", node.uid)))
-        }
-        e => e,
-    })?;
+    let keyed = read_keyed_state(storage, metadata, id, key_groups)?;
     let mut operator = Vec::new();
     let mut saw_operator_state = false;
     for state in subtask_states(metadata, id) {
@@ -165,8 +160,6 @@ pub fn subtask_state(
     };
     Ok(RestoredState { keyed, operator })
 }
-
-const LACKS: &str = "lacks keyed state for";
 
 /// The keyed state of operator `operator` for the key groups `key_groups` in checkpoint
 /// `metadata`, merged from every old subtask whose range overlaps them: from full snapshots,
@@ -213,8 +206,13 @@ pub fn read_keyed_state(
     let reader = KeyedSnapshotReader::merge(keyed)
         .map_err(|e| JobError::Restore(format!("checkpoint {checkpoint}: {e}")))?;
     reader.check_covers(key_groups).map_err(|e| {
+        let uid = metadata
+            .operators
+            .iter()
+            .find(|o| o.id == operator)
+            .map_or_else(|| operator.to_string(), |o| o.uid.clone());
         JobError::Restore(format!(
-            "checkpoint {checkpoint} {LACKS} key groups {key_groups}: {e}"
+            "checkpoint {checkpoint} lacks keyed state of '{uid}' for key groups {key_groups}: {e}"
         ))
     })?;
     Ok(Some(reader))

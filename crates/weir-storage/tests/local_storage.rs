@@ -99,7 +99,10 @@ fn a_torn_metadata_file_is_detected_and_the_previous_checkpoint_is_found_instead
     let (id, err) = &latest.skipped[0];
     assert_eq!(*id, CheckpointId(2));
     let err = err.to_string();
-    assert!(err.contains("checkpoint 2") && err.contains("chk-2/_metadata"), "{err}");
+    assert!(
+        err.contains("checkpoint 2") && err.contains("chk-2/_metadata"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -119,7 +122,12 @@ fn starting_up_deletes_incomplete_checkpoints_and_unreferenced_shared_files_only
     assert_eq!(s.list_checkpoint_dirs().unwrap().len(), 2);
     assert_eq!(s.discard_incomplete().unwrap(), vec![CheckpointId(2)]);
     assert_eq!(s.list_checkpoint_dirs().unwrap(), vec![CheckpointId(1)]);
-    let shared: Vec<String> = s.shared_files().unwrap().into_iter().map(|(p, _)| p).collect();
+    let shared: Vec<String> = s
+        .shared_files()
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
     assert_eq!(shared, vec![kept.path.clone()]);
     assert!(!dir.path().join("job").join(&orphan.path).exists());
     assert!(s.verify(CheckpointId(1)).is_ok());
@@ -145,6 +153,8 @@ fn a_path_that_is_a_file_is_refused_as_a_checkpoint_directory() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
-    let err = CheckpointStorage::open(&file, "job").unwrap_err().to_string();
+    let err = CheckpointStorage::open(&file, "job")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("not a directory"), "{err}");
 }

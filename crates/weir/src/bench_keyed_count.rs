@@ -97,7 +97,10 @@ pub fn run(args: KeyedCountArgs) -> Result<(), CliError> {
         args.keys, args.emit_updates
     );
     if args.run.json {
-        println!("{}", measured.json("keyed-count", records, &args.run, &extra));
+        println!(
+            "{}",
+            measured.json("keyed-count", records, &args.run, &extra)
+        );
     } else {
         println!("{}", measured.sentence("keyed-count", records));
     }

@@ -53,12 +53,20 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
     if args.run.json {
         println!(
             "{}",
-            measured.json(&args.query, events, &args.run, &format!("\"results\":{results},"))
+            measured.json(
+                &args.query,
+                events,
+                &args.run,
+                &format!("\"results\":{results},")
+            )
         );
     } else {
         println!(
             "{}",
-            measured.sentence(&format!("nexmark {} ({results} results)", args.query), events)
+            measured.sentence(
+                &format!("nexmark {} ({results} results)", args.query),
+                events
+            )
         );
     }
     Ok(())

@@ -36,7 +36,7 @@ pub struct RunArgs {
     pub parallelism: u32,
     /// Checkpoint interval (e.g. 1s, 10s), or `off`.
     #[arg(long, default_value = "off", value_parser = interval_arg)]
-    pub checkpoint_interval: Option<Duration>,
+    pub checkpoint_interval: CheckpointEvery,
     /// Where checkpoints go; a temporary directory (deleted afterwards) by default.
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
@@ -86,11 +86,15 @@ pub struct KeyedCountArgs {
     pub run: RunArgs,
 }
 
-fn interval_arg(text: &str) -> Result<Option<Duration>, String> {
+/// A checkpoint interval, or none (`off`).
+#[derive(Clone, Copy, Debug)]
+pub struct CheckpointEvery(pub Option<Duration>);
+
+fn interval_arg(text: &str) -> Result<CheckpointEvery, String> {
     if text.eq_ignore_ascii_case("off") {
-        Ok(None)
+        Ok(CheckpointEvery(None))
     } else {
-        duration_arg(text).map(Some)
+        duration_arg(text).map(|d| CheckpointEvery(Some(d)))
     }
 }
 
@@ -129,10 +133,9 @@ impl Setup {
         }
         let scratch = match &run.checkpoint_dir {
             Some(_) => None,
-            None => Some(std::env::temp_dir().join(format!(
-                "weir-bench-{job}-{}",
-                std::process::id()
-            ))),
+            None => {
+                Some(std::env::temp_dir().join(format!("weir-bench-{job}-{}", std::process::id())))
+            }
         };
         let dir = run
             .checkpoint_dir
@@ -141,7 +144,7 @@ impl Setup {
             .unwrap_or_default();
         let exec = ExecutionConfig {
             checkpoint: CheckpointConfig {
-                interval: run.checkpoint_interval,
+                interval: run.checkpoint_interval.0,
                 dir,
                 ..CheckpointConfig::default()
             },
@@ -192,10 +195,7 @@ impl Setup {
     pub fn finish(self, summary: &JobSummary) -> Measured {
         let cpu = cpu_seconds() - self.cpu_start;
         self.sampling.store(false, Ordering::Relaxed);
-        let rss_samples = self
-            .sampler
-            .and_then(|s| s.join().ok())
-            .unwrap_or_default();
+        let rss_samples = self.sampler.and_then(|s| s.join().ok()).unwrap_or_default();
         if let Some(scratch) = &self.scratch {
             let _ = std::fs::remove_dir_all(scratch);
         }
@@ -242,6 +242,7 @@ impl Measured {
         };
         let interval = run
             .checkpoint_interval
+            .0
             .map_or("null".to_string(), |i| format!("\"{}ms\"", i.as_millis()));
         let samples: Vec<String> = self.rss_samples.iter().map(u64::to_string).collect();
         format!(
@@ -300,6 +301,11 @@ fn cpu_seconds() -> f64 {
     };
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     (ticks(11) + ticks(12)) as f64 / 100.0
 }

@@ -38,7 +38,8 @@ pub struct SavepointArgs {
     /// The job: its id (32 hex digits) or its name.
     pub job: String,
     /// Where to write the savepoint (under the job's savepoint directory or a --savepoint-root
-    /// it was started with); the job's savepoint directory by default.
+    /// it was started with; relative to this directory); the job's savepoint directory by
+    /// default.
     pub dir: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
@@ -67,6 +68,21 @@ impl From<ClientError> for CliError {
             code,
         }
     }
+}
+
+/// A directory named on this command line, absolute: the job resolves paths against its own
+/// working directory, which need not be this one.
+fn absolute(dir: Option<&str>) -> Option<String> {
+    dir.map(|d| {
+        let path = std::path::Path::new(d);
+        if path.is_absolute() || d.contains("://") || d.starts_with("file:") {
+            d.to_string()
+        } else {
+            std::env::current_dir()
+                .map(|cwd| cwd.join(path).display().to_string())
+                .unwrap_or_else(|_| d.to_string())
+        }
+    })
 }
 
 fn client(args: &ClientArgs) -> Result<RestClient, CliError> {
@@ -116,7 +132,7 @@ pub fn checkpoint(args: JobCommandArgs) -> Result<(), CliError> {
 pub fn savepoint(args: SavepointArgs) -> Result<(), CliError> {
     let c = client(&args.client)?;
     let job = c.resolve_job(&args.job)?;
-    let trigger = c.trigger_savepoint(&job, args.dir.as_deref())?;
+    let trigger = c.trigger_savepoint(&job, absolute(args.dir.as_deref()).as_deref())?;
     eprintln!("Triggered a savepoint of job {job}; waiting for it to complete…");
     let location = c.wait_savepoint(&job, &trigger, args.client.timeout)?;
     println!("Savepoint completed: {location}");
@@ -127,7 +143,7 @@ pub fn savepoint(args: SavepointArgs) -> Result<(), CliError> {
 pub fn stop(args: StopArgs) -> Result<(), CliError> {
     let c = client(&args.client)?;
     let job = c.resolve_job(&args.job)?;
-    let trigger = c.stop_with_savepoint(&job, args.savepoint.as_deref())?;
+    let trigger = c.stop_with_savepoint(&job, absolute(args.savepoint.as_deref()).as_deref())?;
     eprintln!("Stopping job {job} with a savepoint…");
     let location = c.wait_savepoint(&job, &trigger, args.client.timeout)?;
     println!("Job {job} stopped; savepoint: {location}");

@@ -15,7 +15,7 @@ use crate::CliError;
 pub const TOKEN_ENV: &str = "WEIR_REST_TOKEN";
 
 /// How long a stopped job keeps answering so its caller can read the savepoint's outcome.
-const LINGER: Duration = Duration::from_secs(10);
+const LINGER: Duration = Duration::from_secs(5);
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct RestArgs {

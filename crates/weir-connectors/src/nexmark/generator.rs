@@ -314,7 +314,7 @@ impl NexmarkGenerator {
 
 /// A price in cents, log-uniform between $1 and $1,000,000.
 fn next_price(rng: &mut Rng) -> u64 {
-    (10f64.powf(rng.unit() * 6.0) * 100.0).round() as u64
+    ((rng.unit() * 6.0 * std::f64::consts::LN_10).exp() * 100.0).round() as u64
 }
 
 /// A random string of 3 to `max_len - 1` lower-case letters and spaces, trimmed.
@@ -331,14 +331,14 @@ fn next_string(rng: &mut Rng, max_len: u64) -> String {
     s.trim().to_string()
 }
 
-/// Exactly `len` random lower-case letters, several drawn from each random number.
+/// Exactly `len` random lower-case letters, eight drawn from each random number (a byte maps
+/// to a letter by multiply-and-shift).
 fn next_exact_string(rng: &mut Rng, len: usize) -> String {
-    let mut bytes = Vec::with_capacity(len);
-    while bytes.len() < len {
-        let mut r = rng.next_u64();
-        for _ in 0..(len - bytes.len()).min(13) {
-            bytes.push(b'a' + (r % 26) as u8);
-            r /= 26;
+    let mut bytes = vec![0u8; len];
+    for chunk in bytes.chunks_mut(8) {
+        let random = rng.next_u64().to_le_bytes();
+        for (b, r) in chunk.iter_mut().zip(random) {
+            *b = b'a' + ((r as u32 * 26) >> 8) as u8;
         }
     }
     String::from_utf8(bytes).unwrap_or_default()

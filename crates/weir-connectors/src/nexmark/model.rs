@@ -91,7 +91,12 @@ fn table() -> &'static ChannelTable {
         let mut names: Vec<String> = HOT_CHANNELS.iter().map(|s| s.to_string()).collect();
         let mut urls: Vec<String> = HOT_CHANNELS
             .iter()
-            .map(|s| format!("https://www.nexmark.com/{}/item.htm?query=1", s.to_lowercase()))
+            .map(|s| {
+                format!(
+                    "https://www.nexmark.com/{}/item.htm?query=1",
+                    s.to_lowercase()
+                )
+            })
             .collect();
         let mut x = 0x5eed_c4a7_u64;
         for i in 0..10_000u32 {
@@ -99,7 +104,9 @@ fn table() -> &'static ChannelTable {
             let mut segment = || -> String {
                 (0..5)
                     .map(|_| {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         (b'a' + ((x >> 33) % 26) as u8) as char
                     })
                     .collect()
@@ -126,9 +133,6 @@ impl Channel {
 
     /// The URL of the bid's page on this channel.
     pub fn url(&self) -> &'static str {
-        table()
-            .urls
-            .get(self.0 as usize)
-            .map_or("", String::as_str)
+        table().urls.get(self.0 as usize).map_or("", String::as_str)
     }
 }

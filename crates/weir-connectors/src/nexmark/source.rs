@@ -146,8 +146,8 @@ impl SourceFunction<Event> for NexmarkSource {
                 emitted: 0,
             }],
         };
-        self.rate = self.generator.config().events_per_second as f64
-            / ctx.parallelism.max(1) as f64;
+        self.rate =
+            self.generator.config().events_per_second as f64 / ctx.parallelism.max(1) as f64;
         self.opened = Some(Instant::now());
         self.emitted = 0;
         Ok(())
@@ -225,7 +225,9 @@ mod tests {
             let mut s = NexmarkSource::new(config.clone()).with_limit(1_000);
             s.open(&ctx(index, 3), None).unwrap();
             let events = drain(&mut s);
-            assert!(events.windows(2).all(|w| w[0].date_time() <= w[1].date_time()));
+            assert!(events
+                .windows(2)
+                .all(|w| w[0].date_time() <= w[1].date_time()));
             all.extend(events);
         }
         let generator = NexmarkGenerator::new(config);

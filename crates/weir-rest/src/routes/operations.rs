@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::ids::TriggerId;
 use crate::java_throwable::SerializedThrowable;
 use crate::operations::{Namespace, OperationKind, Registered};
-use crate::savepoint_target::resolve_target;
+use crate::savepoint_target::{absolute_lexical, resolve_target};
 use crate::schema::operations::{
     check_enum, AsynchronousOperationResult, CheckpointInfo, CheckpointTriggerRequest,
     SavepointInfo, SavepointTriggerRequest, StopWithSavepointRequest, TriggerResponse,
@@ -138,13 +138,16 @@ pub async fn stop(
     )
 }
 
+/// The savepoint directory for a request: the validated target, or the default one — made
+/// absolute, so that the location reported back is a full path.
 fn target(state: &Shared, requested: Option<&str>) -> Result<Option<PathBuf>, ApiError> {
     let config = &state.config;
-    resolve_target(
-        requested,
-        &config.allowed_roots(),
-        config.default_savepoint_dir.as_deref(),
-    )
+    let default = config.default_savepoint_dir.as_deref();
+    let target = resolve_target(requested, &config.allowed_roots(), default)?;
+    match (target, default) {
+        (None, Some(default)) => absolute_lexical(default).map(Some),
+        (target, _) => Ok(target),
+    }
 }
 
 fn savepoint(
@@ -158,7 +161,6 @@ fn savepoint(
     if existing.is_none() {
         let shown = target
             .as_ref()
-            .or(state.config.default_savepoint_dir.as_ref())
             .map(|t| t.display().to_string())
             .unwrap_or_default();
         let request = match kind {

@@ -27,7 +27,10 @@ impl KeyedCoProcessFunction<u64, Person, Auction, LocalItem> for LocalItems {
     type State = (ValueState<u64, Person>, ListState<u64, u64>);
 
     fn state(&self) -> Self::State {
-        (ValueState::new("person"), ListState::new("waiting-auctions"))
+        (
+            ValueState::new("person"),
+            ListState::new("waiting-auctions"),
+        )
     }
 
     fn process1(

@@ -47,7 +47,10 @@ impl KeyedProcessFunction<u64, Either<Auction, Bid>, (u64, u64)> for ClosingPric
     type State = (ValueState<u64, Open>, ListState<u64, (i64, u64)>);
 
     fn state(&self) -> Self::State {
-        (ValueState::new("open-auction"), ListState::new("early-bids"))
+        (
+            ValueState::new("open-auction"),
+            ListState::new("early-bids"),
+        )
     }
 
     fn process_element(

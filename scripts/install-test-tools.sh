@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the outside tools the REST tests drive: Debian's Chromium (the dashboard is checked in
-# a real headless browser) and Flink's own command line from the apache-flink package on PyPI
-# (Flink's client must list, checkpoint, savepoint, stop and cancel a Weir job). Idempotent, and
-# quick when both are there.
+# a real headless browser), and Flink's own command line and jars from the apache-flink package
+# on PyPI with a JDK (Flink's client must list, checkpoint, savepoint, stop and cancel a Weir
+# job, and Flink's own REST classes must read every answer). Idempotent, and quick when all are
+# there.
 #
 # Usage: scripts/install-test-tools.sh
-# The Flink CLI goes to $WEIR_FLINK_HOME (default /opt/weir-flink); the tests run
-# $WEIR_FLINK_HOME/flink, or $WEIR_FLINK_CLI if set.
+# Flink goes to $WEIR_FLINK_HOME (default /opt/weir-flink): the tests run $WEIR_FLINK_HOME/flink
+# (or $WEIR_FLINK_CLI) and read the jars under the directory named in $WEIR_FLINK_HOME/home.
 set -euo pipefail
 
 FLINK_VERSION=2.3.0
@@ -30,12 +31,13 @@ if ! command -v chromium >/dev/null; then
   apt_install chromium
 fi
 
-if ! command -v java >/dev/null; then
-  echo "install-test-tools.sh: installing a Java runtime for Flink's CLI" >&2
-  apt_install openjdk-17-jre-headless
+if ! command -v java >/dev/null || ! command -v javac >/dev/null; then
+  echo "install-test-tools.sh: installing a JDK for Flink's CLI and classes" >&2
+  apt_install openjdk-17-jdk-headless
 fi
 
-if [ ! -x "$FLINK_DIR/flink" ] || [ "$(cat "$FLINK_DIR/VERSION" 2>/dev/null)" != "$FLINK_VERSION" ]; then
+if [ ! -x "$FLINK_DIR/flink" ] || [ ! -f "$FLINK_DIR/home" ] ||
+  [ "$(cat "$FLINK_DIR/VERSION" 2>/dev/null)" != "$FLINK_VERSION" ]; then
   echo "install-test-tools.sh: installing Flink's CLI (apache-flink $FLINK_VERSION from PyPI, ~330 MB)" >&2
   rm -rf "$FLINK_DIR"
   python3 -m venv "$FLINK_DIR"
@@ -56,5 +58,6 @@ export FLINK_HOME="$home"
 exec "\$FLINK_HOME/bin/flink" "\$@"
 SCRIPT
   chmod +x "$FLINK_DIR/flink"
+  echo "$home" >"$FLINK_DIR/home"
   echo "$FLINK_VERSION" >"$FLINK_DIR/VERSION"
 fi

@@ -6,6 +6,11 @@
 # if missing, started on a free loopback port, given a bucket, and announced to the tests in
 # WEIR_TEST_S3_ENDPOINT / WEIR_TEST_S3_BUCKET. The S3 tests fail (they do not skip) without it.
 #
+# High availability is tested against a real ZooKeeper: scripts/zookeeper.sh installs Debian's
+# package if missing and starts a standalone server on a free loopback port, announced to the
+# tests in WEIR_TEST_ZK; WEIR_ZK_DIR holds its state, so a test can stop and start it with the
+# same script and keep its data. The ZooKeeper tests fail (they do not skip) without it.
+#
 # The REST tests drive Debian's Chromium and Flink's own command line (apache-flink on PyPI):
 # scripts/install-test-tools.sh installs both if missing. Those tests fail without them.
 set -euo pipefail
@@ -29,7 +34,15 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 moto_log=$(mktemp -t weir-moto.XXXXXX)
 moto_server -H 127.0.0.1 -p "$port" >"$moto_log" 2>&1 &
 moto_pid=$!
-trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"' EXIT
+# The ZooKeeper below is stopped and its state removed on exit too (a no-op before it starts).
+zk_dir=
+stop_zookeeper() {
+  if [ -n "$zk_dir" ]; then
+    WEIR_ZK_DIR="$zk_dir" scripts/zookeeper.sh stop || true
+    rm -rf "$zk_dir"
+  fi
+}
+trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"; stop_zookeeper' EXIT
 
 endpoint="http://127.0.0.1:$port"
 bucket=weir-test
@@ -46,6 +59,13 @@ curl -fsS -X PUT "$endpoint/$bucket" >/dev/null
 export WEIR_TEST_S3_ENDPOINT="$endpoint"
 export WEIR_TEST_S3_BUCKET="$bucket"
 echo "scripts/test.sh: S3-compatible server (moto) at $endpoint, bucket $bucket" >&2
+
+scripts/zookeeper.sh install
+zk_dir=$(mktemp -d -t weir-zk.XXXXXX)
+export WEIR_ZK_DIR="$zk_dir"
+WEIR_TEST_ZK=$(scripts/zookeeper.sh start)
+export WEIR_TEST_ZK
+echo "scripts/test.sh: ZooKeeper at $WEIR_TEST_ZK (state in $WEIR_ZK_DIR)" >&2
 
 scripts/install-test-tools.sh
 

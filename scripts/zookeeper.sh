@@ -5,7 +5,7 @@
 #
 # Usage: scripts/zookeeper.sh install|start|stop|restart|status|address
 #
-#   install  apt-get installs Debian's zookeeper package if it is missing (Java comes with it)
+#   install  apt-get installs Debian's zookeeper package (and a Java runtime) if missing
 #   start    starts the server (a free port is chosen on the first start and kept after that),
 #            waits until it serves requests and prints its address, host:port
 #   stop     stops the server at once, like a crash (its data directory stays)
@@ -27,13 +27,14 @@ die() {
 }
 
 install() {
-  if [ -f "$ZK_JAR" ] && command -v java >/dev/null; then
-    return
-  fi
-  [ "$(id -u)" = 0 ] || die "Debian's zookeeper package is missing and installing it needs root"
-  echo "zookeeper.sh: installing Debian's zookeeper package" >&2
+  local packages=()
+  [ -f "$ZK_JAR" ] || packages+=(zookeeper)
+  command -v java >/dev/null || packages+=(default-jre-headless)
+  [ ${#packages[@]} -gt 0 ] || return 0
+  [ "$(id -u)" = 0 ] || die "installing ${packages[*]} (Debian) needs root"
+  echo "zookeeper.sh: installing ${packages[*]} (Debian)" >&2
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
   [ -f "$ZK_JAR" ] || die "apt-get install zookeeper did not provide $ZK_JAR"
 }
 

@@ -6,6 +6,15 @@
 //! (for example: every operator uid unique) and returns the
 //! [`JobGraph`](weir_runtime::graph::JobGraph) the runtime executes.
 //!
+//! Event time: [`StreamEnv::source_with_watermarks`] (or
+//! [`DataStream::assign_timestamps_and_watermarks`]) makes watermarks;
+//! [`KeyedStream::window`] cuts a keyed stream into tumbling, sliding or session windows with
+//! incremental [`aggregate`](WindowedStream::aggregate)/[`reduce`](WindowedStream::reduce) or a
+//! full-window [`process`](WindowedStream::process), allowed lateness and a side output for
+//! late records ([`OutputTag`]); [`KeyedStream::window_join`] and
+//! [`KeyedStream::interval_join`] join two keyed streams; keyed process functions register
+//! event-time and processing-time timers through their `TimerContext`.
+//!
 //! ```
 //! use weir_api::prelude::*;
 //!

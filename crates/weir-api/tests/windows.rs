@@ -41,10 +41,11 @@ fn clicks(n: usize) -> Vec<Click> {
         .collect()
 }
 
+type ClickWatermarks =
+    WatermarkStrategy<weir_runtime::watermark::BoundedOutOfOrderness<fn(&Click) -> i64>>;
+
 /// Watermarks after every record, trailing the largest time seen by `bound`.
-fn strategy(
-    bound: Duration,
-) -> WatermarkStrategy<weir_runtime::watermark::BoundedOutOfOrderness<fn(&Click) -> i64>> {
+fn strategy(bound: Duration) -> ClickWatermarks {
     WatermarkStrategy::for_bounded_out_of_orderness(bound, (|c: &Click| c.1) as fn(&Click) -> i64)
         .with_interval(Duration::ZERO)
 }

@@ -102,7 +102,10 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
     v
 }
 
-fn bid_key(b: &Bid) -> (i64, u64, u64, u64, String) {
+/// A bid's fields, comparable.
+type BidKey = (i64, u64, u64, u64, String);
+
+fn bid_key(b: &Bid) -> BidKey {
     (b.date_time, b.auction, b.bidder, b.price, b.extra.clone())
 }
 
@@ -253,11 +256,11 @@ fn q5_finds_the_auctions_with_the_most_bids_in_each_sliding_window() {
     assert_eq!(sorted(run("q5", queries::q5, None)), expected);
 }
 
-fn q7_key(h: &HighestBid) -> (i64, (i64, u64, u64, u64, String)) {
+fn q7_key(h: &HighestBid) -> (i64, BidKey) {
     (h.window.start, bid_key(&h.bid))
 }
 
-fn q7_expected(events: &[Event]) -> Vec<(i64, (i64, u64, u64, u64, String))> {
+fn q7_expected(events: &[Event]) -> Vec<(i64, BidKey)> {
     let mut max: BTreeMap<i64, u64> = BTreeMap::new();
     for b in bids(events) {
         let m = max.entry(window_start(b.date_time, 10_000)).or_insert(0);

@@ -302,9 +302,15 @@ async fn contend(
         znode: znode.clone(),
     };
     loop {
-        // Confirm the znode while connected, and watch it; leadership only then.
+        // Every pass looks at the session's state now, so no transition goes unnoticed.
+        let state = session.state();
+        if state.is_terminated() {
+            shared.revoke(&format!("ZooKeeper session {state}"));
+            return Ok(Ended::Lost);
+        }
+        // Leadership only while connected, with the znode confirmed and watched.
         let mut watch = None;
-        if session.state() == zk::SessionState::SyncConnected {
+        if state == zk::SessionState::SyncConnected {
             let check = client.check_and_watch_stat(&znode);
             match tokio::time::timeout(zk.operation_timeout(), check).await {
                 Ok(Ok((Some(_), watcher))) => {
@@ -315,37 +321,34 @@ async fn contend(
                     shared.revoke("the leader znode was deleted");
                     return Ok(Ended::Lost);
                 }
-                Ok(Err(e)) if matches!(e, zk::Error::SessionExpired | zk::Error::ClientClosed) => {
-                    shared.revoke(&format!("ZooKeeper session ended: {e}"));
-                    return Ok(Ended::Lost);
-                }
                 Ok(Err(e)) => shared.revoke(&format!("cannot confirm the leader znode: {e}")),
                 Err(_) => {
                     shared.revoke("cannot confirm the leader znode: no answer from ZooKeeper")
                 }
             }
+        } else {
+            shared.revoke(&format!("connection to ZooKeeper lost (session {state})"));
         }
+        // Connected but unconfirmed: try again shortly; disconnected: wait for the session.
+        let retry = watch.is_none() && state == zk::SessionState::SyncConnected;
         let znode_changed = async {
             match watch {
-                Some(watcher) => watcher.changed().await,
+                Some(watcher) => Some(watcher.changed().await),
+                None if retry => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    None
+                }
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             event = znode_changed => {
-                if event.event_type == zk::EventType::NodeDeleted {
+                if event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted) {
                     shared.revoke("the leader znode was deleted");
                     return Ok(Ended::Lost);
                 }
             }
-            state = session.changed() => match state {
-                zk::SessionState::SyncConnected => {}
-                state if state.is_terminated() => {
-                    shared.revoke(&format!("ZooKeeper session {state}"));
-                    return Ok(Ended::Lost);
-                }
-                state => shared.revoke(&format!("connection to ZooKeeper lost (session {state})")),
-            },
+            _ = session.changed() => {}
             _ = stop.changed() => {
                 shared.revoke("resigned");
                 let delete = lock.client().delete(&znode, None);

@@ -2,8 +2,8 @@
 //!
 //! A leader's token names its ephemeral contender znode. Each write of the checkpoint id counter
 //! and of the completed checkpoint store is one ZooKeeper multi-operation that starts with a
-//! `check` of that znode's existence ([`FencedWrite`]): ZooKeeper applies the write only if the
-//! znode still exists, atomically. The znode goes when the leader's session expires or is
+//! `check` of that znode's existence: ZooKeeper applies the write only if the znode still
+//! exists, atomically. The znode goes when the leader's session expires or is
 //! closed, or when it resigns, and then a newer contender leads, so a stale leader's write is
 //! refused by ZooKeeper itself ([`HaError::Fenced`](crate::HaError::Fenced)), whatever the stale
 //! leader believes. The epoch (the znode's sequence number) ascends with every new leader and

@@ -11,7 +11,9 @@
 use crate::pointer::CheckpointPointer;
 use crate::store::ZooKeeperCompletedCheckpointStore;
 use crate::{FencingToken, HaError, JobZnodes, ZooKeeper};
-use weir_checkpoint::{CompletedCheckpoint, Discard, StandaloneCompletedCheckpointStore};
+use weir_checkpoint::{
+    CompletedCheckpoint, CompletedCheckpointStore, Discard, StandaloneCompletedCheckpointStore,
+};
 use weir_core::CheckpointId;
 use weir_storage::{CheckpointLayout, CheckpointStorage};
 

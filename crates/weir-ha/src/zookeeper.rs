@@ -118,40 +118,6 @@ impl ZooKeeper {
         }
     }
 
-    /// Makes ZooKeeper expire this session now, as it would after the session timeout without
-    /// heartbeats (a long GC pause, a network partition): another connection takes the session
-    /// over and closes it. For failure drills and tests. Returns once this handle has seen the
-    /// expiry; the next call opens a new session.
-    pub fn expire_session(&self) -> Result<(), HaError> {
-        let operation = "expire the session";
-        block_on(async {
-            let client = self.client(operation).await?;
-            let mut state = client.state_watcher();
-            let intruder = zk::Client::connector()
-                .with_session(client.session().clone())
-                .with_session_timeout(self.inner.session_timeout)
-                .connect(&self.inner.quorum);
-            let intruder = tokio::time::timeout(self.inner.operation_timeout, intruder)
-                .await
-                .map_err(|_| self.unavailable(operation, "timed out".into()))?
-                .map_err(|e| self.error(operation, false, e))?;
-            // The last handle on the borrowed session goes: it closes the session.
-            drop(intruder);
-            let expired = async {
-                while !state.peek_state().is_terminated() {
-                    state.changed().await;
-                }
-            };
-            let wait = self.inner.session_timeout + self.inner.operation_timeout;
-            tokio::time::timeout(wait, expired).await.map_err(|_| {
-                self.unavailable(
-                    operation,
-                    format!("the session did not end within {wait:?}"),
-                )
-            })
-        })
-    }
-
     /// A live client: the current session's, or a new session's if it ended.
     pub(crate) async fn client(&self, operation: &str) -> Result<zk::Client, HaError> {
         let closed = || HaError::Closed {
@@ -194,7 +160,7 @@ impl ZooKeeper {
     }
 
     fn current(&self) -> Option<zk::Client> {
-        self.inner.client.try_lock().ok().and_then(|c| c.clone())
+        block_on(async { self.inner.client.lock().await.clone() })
     }
 
     /// Resolves when the handle is closed.

@@ -41,7 +41,9 @@ struct Driver {
     clock: Arc<dyn Clock>,
     controls: HashMap<SubtaskId, Sender<TaskControl>>,
     events: Sender<JobEvent>,
-    stopping: bool,
+    /// The request of the stop in progress (final checkpoint or savepoint), if any: only its
+    /// own checkpoint ends the sources.
+    stopping: Option<RequestId>,
     /// The current attempt; messages of earlier attempts are ignored.
     attempt: u32,
     handle: JobHandle,
@@ -75,7 +77,7 @@ pub fn spawn_driver(
         clock,
         controls: HashMap::new(),
         events,
-        stopping: false,
+        stopping: None,
         attempt: 0,
         handle,
         targets: HashMap::new(),
@@ -144,7 +146,7 @@ impl Driver {
             CoordinatorMessage::NewAttempt { attempt, controls } => {
                 self.attempt = attempt;
                 self.controls = controls;
-                self.stopping = false;
+                self.stopping = None;
                 return Translated::Nothing;
             }
             CoordinatorMessage::Ack {
@@ -186,14 +188,14 @@ impl Driver {
                 Event::TriggerRequest { request, kind }
             }
             CoordinatorMessage::StopWithSavepoint { request, target } => {
-                if self.stopping {
+                if self.stopping.is_some() {
                     self.handle.set_request(
                         request,
                         RequestStatus::Failed("the job is already stopping".into()),
                     );
                     return Translated::Nothing;
                 }
-                self.stopping = true;
+                self.stopping = Some(request);
                 self.targets.insert(request, target);
                 Event::TriggerRequest {
                     request,
@@ -209,10 +211,10 @@ impl Driver {
                 return Translated::Nothing;
             }
             CoordinatorMessage::StopWithCheckpoint => {
-                if self.stopping {
+                if self.stopping.is_some() {
                     return Translated::Nothing;
                 }
-                self.stopping = true;
+                self.stopping = Some(STOP_REQUEST);
                 Event::TriggerRequest {
                     request: STOP_REQUEST,
                     kind: CheckpointKind::Checkpoint,
@@ -257,7 +259,10 @@ impl Driver {
                     timestamp_ms,
                     kind,
                 };
-                let finish = self.stopping;
+                // Invariant: only the stop's own checkpoint ends the sources; a periodic one
+                // that starts meanwhile is an ordinary checkpoint.
+                let finish = self.stopping.is_some()
+                    && self.requests.get(&checkpoint).copied() == self.stopping;
                 tracing::debug!(%checkpoint, finish, "triggering checkpoint");
                 for s in sources {
                     self.send(s, TaskControl::Trigger { barrier, finish });
@@ -381,6 +386,10 @@ impl Driver {
                         self.send(s, TaskControl::Finish);
                     }
                 } else {
+                    if self.stopping == Some(request) {
+                        // A stop with savepoint that could not even start: the job goes on.
+                        self.stopping = None;
+                    }
                     tracing::warn!(request, %reason, "checkpoint request failed");
                 }
                 None

@@ -465,7 +465,7 @@ mod tests {
             r.init(MP, range);
             r.restore(&reader).unwrap();
             fired.extend(fire_all(&mut r, TimeDomain::EventTime, i64::MAX));
-            assert_eq!(r.len(TimeDomain::ProcessingTime) <= 1, true);
+            assert!(r.len(TimeDomain::ProcessingTime) <= 1);
         }
         fired.sort();
         let expected: Vec<(u64, i64)> = (50..100).map(|k| (k, k as i64)).collect();

@@ -152,6 +152,16 @@ impl JobArgs {
             config.set("parallelism.default", &p.to_string())?;
         }
         CheckpointConfig::from_config(&config)?;
+        // The ZooKeeper building blocks exist, but a job run here is one process: accepting the
+        // option would promise a failover that does not happen.
+        if config
+            .get("high-availability.type")
+            .is_some_and(|t| !t.eq_ignore_ascii_case("none"))
+        {
+            return Err(CliError::usage(
+                "high-availability.type: only NONE is supported by jobs run in one process; cluster mode with ZooKeeper is not available yet",
+            ));
+        }
         Ok(config)
     }
 }

@@ -26,6 +26,7 @@
 //! ```
 
 use super::model::{Auction, Bid, Channel, Event, Person};
+use std::sync::OnceLock;
 
 /// The Nexmark workload's parameters; the defaults are nexmark-flink's.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,6 +137,15 @@ fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Where event `n` falls in the cycle of event kinds: `n = epoch * total + offset`, computed
+/// once per event.
+#[derive(Clone, Copy)]
+struct At {
+    n: u64,
+    epoch: u64,
+    offset: u64,
+}
+
 /// Generates the events of a [`NexmarkConfig`]; see the module documentation.
 #[derive(Clone, Debug)]
 pub struct NexmarkGenerator {
@@ -157,36 +167,47 @@ impl NexmarkGenerator {
     /// The event time of event `n`.
     #[inline]
     pub fn timestamp(&self, n: u64) -> i64 {
-        let rate = self.config.events_per_second.max(1) as u128;
-        self.config.base_time + (n as u128 * 1000 / rate) as i64
+        let rate = self.config.events_per_second.max(1);
+        let ms = match n.checked_mul(1000) {
+            Some(scaled) => scaled / rate,
+            None => (n as u128 * 1000 / rate as u128) as u64,
+        };
+        self.config.base_time + ms as i64
     }
 
     /// Event `n` of the stream.
     pub fn event(&self, n: u64) -> Event {
         let mut rng = Rng::for_event(self.config.seed, n);
         let ts = self.timestamp(n);
-        let offset = n % self.total;
-        if offset < self.config.person_proportion {
-            Event::Person(Box::new(self.person(n, ts, &mut rng)))
-        } else if offset < self.config.person_proportion + self.config.auction_proportion {
-            Event::Auction(Box::new(self.auction(n, ts, &mut rng)))
+        let at = At {
+            n,
+            epoch: n / self.total,
+            offset: n % self.total,
+        };
+        if at.offset < self.config.person_proportion {
+            Event::Person(Box::new(self.person(at, ts, &mut rng)))
+        } else if at.offset < self.config.person_proportion + self.config.auction_proportion {
+            Event::Auction(Box::new(self.auction(at, ts, &mut rng)))
         } else {
-            Event::Bid(self.bid(n, ts, &mut rng))
+            Event::Bid(self.bid(at, ts, &mut rng))
         }
     }
 
-    /// The newest person id (base 0) as of event `n`.
-    fn last_person(&self, n: u64) -> u64 {
-        let epoch = n / self.total;
-        let offset = (n % self.total).min(self.config.person_proportion.saturating_sub(1));
-        epoch * self.config.person_proportion + offset
+    /// The newest person id (base 0) as of event `at`.
+    #[inline]
+    fn last_person(&self, at: At) -> u64 {
+        let offset = at
+            .offset
+            .min(self.config.person_proportion.saturating_sub(1));
+        at.epoch * self.config.person_proportion + offset
     }
 
-    /// The newest auction id (base 0) as of event `n`.
-    fn last_auction(&self, n: u64) -> u64 {
+    /// The newest auction id (base 0) as of event `at`.
+    #[inline]
+    fn last_auction(&self, at: At) -> u64 {
         let c = &self.config;
-        let mut epoch = n / self.total;
-        let mut offset = n % self.total;
+        let mut epoch = at.epoch;
+        let mut offset = at.offset;
         if offset < c.person_proportion {
             // About to generate a person: the last auction of the previous epoch.
             if epoch == 0 {
@@ -203,21 +224,21 @@ impl NexmarkGenerator {
     }
 
     /// A random recently active person (base 0), possibly one not created yet.
-    fn random_person(&self, n: u64, rng: &mut Rng) -> u64 {
-        let people = self.last_person(n) + 1;
+    fn random_person(&self, at: At, rng: &mut Rng) -> u64 {
+        let people = self.last_person(at) + 1;
         let active = people.min(self.config.num_active_people);
         people - active + rng.below(active + ID_LEAD)
     }
 
     /// A random auction likely still open (base 0), possibly one not created yet.
-    fn random_auction(&self, n: u64, rng: &mut Rng) -> u64 {
-        let max = self.last_auction(n);
+    fn random_auction(&self, at: At, rng: &mut Rng) -> u64 {
+        let max = self.last_auction(at);
         let min = max.saturating_sub(self.config.num_in_flight_auctions);
         min + rng.below(max - min + 1 + ID_LEAD)
     }
 
-    fn person(&self, n: u64, ts: i64, rng: &mut Rng) -> Person {
-        let id = self.last_person(n) + FIRST_PERSON_ID;
+    fn person(&self, at: At, ts: i64, rng: &mut Rng) -> Person {
+        let id = self.last_person(at) + FIRST_PERSON_ID;
         let name = format!(
             "{} {}",
             FIRST_NAMES[rng.below(FIRST_NAMES.len() as u64) as usize],
@@ -248,19 +269,19 @@ impl NexmarkGenerator {
         }
     }
 
-    fn auction(&self, n: u64, ts: i64, rng: &mut Rng) -> Auction {
+    fn auction(&self, at: At, ts: i64, rng: &mut Rng) -> Auction {
         let c = &self.config;
-        let id = self.last_auction(n) + FIRST_AUCTION_ID;
+        let id = self.last_auction(at) + FIRST_AUCTION_ID;
         let seller = if rng.below(c.hot_sellers_ratio.max(1)) > 0 {
-            (self.last_person(n) / HOT_RATIO) * HOT_RATIO
+            (self.last_person(at) / HOT_RATIO) * HOT_RATIO
         } else {
-            self.random_person(n, rng)
+            self.random_person(at, rng)
         } + FIRST_PERSON_ID;
         let category = FIRST_CATEGORY_ID + rng.below(NUM_CATEGORIES);
         let initial_bid = next_price(rng);
         // The time to create `num_in_flight_auctions` more auctions, on average.
         let events_ahead = c.num_in_flight_auctions * self.total / c.auction_proportion.max(1);
-        let horizon = (self.timestamp(n + events_ahead) - ts).max(0) as u64;
+        let horizon = (self.timestamp(at.n + events_ahead) - ts).max(0) as u64;
         let expires = ts + 1 + rng.below((horizon * 2).max(1)) as i64;
         let item_name = next_string(rng, 20);
         let description = next_string(rng, 100);
@@ -281,18 +302,18 @@ impl NexmarkGenerator {
         }
     }
 
-    fn bid(&self, n: u64, ts: i64, rng: &mut Rng) -> Bid {
+    fn bid(&self, at: At, ts: i64, rng: &mut Rng) -> Bid {
         let c = &self.config;
         let auction = if rng.below(c.hot_auction_ratio.max(1)) > 0 {
-            (self.last_auction(n) / HOT_RATIO) * HOT_RATIO
+            (self.last_auction(at) / HOT_RATIO) * HOT_RATIO
         } else {
-            self.random_auction(n, rng)
+            self.random_auction(at, rng)
         } + FIRST_AUCTION_ID;
         let bidder = if rng.below(c.hot_bidders_ratio.max(1)) > 0 {
             // The second person of the batch, so hot bidders and hot sellers differ.
-            (self.last_person(n) / HOT_RATIO) * HOT_RATIO + 1
+            (self.last_person(at) / HOT_RATIO) * HOT_RATIO + 1
         } else {
-            self.random_person(n, rng)
+            self.random_person(at, rng)
         } + FIRST_PERSON_ID;
         let price = next_price(rng);
         let channel = if rng.below(2) > 0 {
@@ -331,17 +352,24 @@ fn next_string(rng: &mut Rng, max_len: u64) -> String {
     s.trim().to_string()
 }
 
-/// Exactly `len` random lower-case letters, eight drawn from each random number (a byte maps
-/// to a letter by multiply-and-shift).
+/// The letters random strings are cut from: 1 MiB of random lower-case letters, made once.
+const LETTERS: usize = 1 << 20;
+
+fn letters() -> &'static str {
+    static POOL: OnceLock<String> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let mut rng = Rng(0x6e65_786d_6172_6b21);
+        (0..LETTERS)
+            .map(|_| (b'a' + rng.below(26) as u8) as char)
+            .collect()
+    })
+}
+
+/// Exactly `len` random lower-case letters: a slice of the pool at a random offset.
 fn next_exact_string(rng: &mut Rng, len: usize) -> String {
-    let mut bytes = vec![0u8; len];
-    for chunk in bytes.chunks_mut(8) {
-        let random = rng.next_u64().to_le_bytes();
-        for (b, r) in chunk.iter_mut().zip(random) {
-            *b = b'a' + ((r as u32 * 26) >> 8) as u8;
-        }
-    }
-    String::from_utf8(bytes).unwrap_or_default()
+    let len = len.min(LETTERS);
+    let start = rng.below((LETTERS - len + 1) as u64) as usize;
+    letters()[start..start + len].to_string()
 }
 
 /// A string that brings an event of `current` bytes to `average` bytes on average.

@@ -27,8 +27,11 @@ pub use source::NexmarkSource;
 
 use weir_runtime::watermark::{BoundedOutOfOrderness, WatermarkStrategy};
 
+/// The watermark strategy of a Nexmark source.
+pub type NexmarkWatermarks = WatermarkStrategy<BoundedOutOfOrderness<fn(&Event) -> i64>>;
+
 /// How a Nexmark source makes watermarks: each subtask's events are in event-time order, so
 /// its watermark trails the latest event by one millisecond.
-pub fn watermarks() -> WatermarkStrategy<BoundedOutOfOrderness<fn(&Event) -> i64>> {
+pub fn watermarks() -> NexmarkWatermarks {
     WatermarkStrategy::for_monotonous_timestamps(Event::date_time as fn(&Event) -> i64)
 }

@@ -16,7 +16,9 @@ fn get(demo: &Demo, path: &str) -> Value {
 
 #[test]
 fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only() {
-    let mut demo = Demo::start("1s", &[]);
+    // Periodic checkpoints far enough apart that the stop below (right after one) finishes its
+    // savepoint before the next starts.
+    let mut demo = Demo::start("2s", &[]);
     let job = demo.job.clone();
 
     // The cluster and the job, as Flink describes them.

@@ -81,11 +81,10 @@ impl KeyedProcessFunction<u64, Either<Auction, Bid>, (u64, u64)> for ClosingPric
                 ctx.register_event_time_timer(a.expires);
             }
             Either::Right(b) => match open.get_mut(key) {
-                Some(o) => {
-                    if o.date_time <= b.date_time && b.date_time <= o.expires {
-                        o.best = o.best.max(Some(b.price));
-                    }
+                Some(o) if o.date_time <= b.date_time && b.date_time <= o.expires => {
+                    o.best = o.best.max(Some(b.price));
                 }
+                Some(_) => {}
                 None if b.date_time > ctx.current_watermark() => {
                     // Its auction may still come (with an earlier time): wait until the
                     // watermark passes the bid, when it no longer can.

@@ -6,11 +6,12 @@
 //! by `(key, pane start)` in the key's key group: a checkpoint writes only the panes that
 //! changed since the last one, and finished panes are removed.
 //!
-//! Timers (keyed state too) drive firing: when a pane is created, one event-time timer per window
-//! holding it (at the window's max timestamp) and one for the pane's cleanup (the last window's
-//! max timestamp plus the allowed lateness). When the timer at `t` fires, the window ending at
-//! `t + 1` fires if it holds any pane of the key, and the panes whose cleanup time is `t` are
-//! dropped.
+//! Timers (keyed state too) drive firing, one per key at a time however many windows overlap:
+//! a new pane registers an event-time timer at the max timestamp of its first window that has
+//! not fired; when the timer at `t` fires, the window ending at `t + 1` fires if it holds any
+//! pane of the key, and registers the timer of the next window if one of its panes lies in it
+//! too. Panes whose last window (plus the allowed lateness) ended at `t` are then dropped; with
+//! an allowed lateness, a new pane also registers a timer for its cleanup.
 //!
 //! Lateness follows Flink: a record is late for a window once the watermark reached the window's
 //! max timestamp plus the allowed lateness. A record late for every window of its pane goes to
@@ -96,7 +97,8 @@ impl<K: Key, T, O, KF, TF, W: WindowFunction<K, T, O>, P>
     }
 }
 
-/// Fires the window ending at `end` for `key` if it holds any pane; returns whether it did.
+/// Fires the window ending at `end` for `key` if it holds any pane; returns whether any of its
+/// panes also lies in the next window.
 #[allow(clippy::too_many_arguments)]
 fn fire_window<K: Key, T, O, W: WindowFunction<K, T, O>>(
     function: &mut W,
@@ -108,6 +110,8 @@ fn fire_window<K: Key, T, O, W: WindowFunction<K, T, O>>(
     results: &mut Vec<O>,
 ) -> Result<bool, TaskError> {
     let mut held = Vec::with_capacity((geometry.size / geometry.pane) as usize);
+    let next_start = end - geometry.size + geometry.slide;
+    let mut continues = false;
     for start in geometry.panes_of_window(end) {
         let entry = TimedKey {
             key: key.clone(),
@@ -118,6 +122,7 @@ fn fire_window<K: Key, T, O, W: WindowFunction<K, T, O>>(
             key_group,
         }) {
             held.push(acc);
+            continues |= start >= next_start;
         }
     }
     if held.is_empty() {
@@ -125,7 +130,7 @@ fn fire_window<K: Key, T, O, W: WindowFunction<K, T, O>>(
     }
     let window = TimeWindow::new(end - geometry.size, end);
     function.fire(key, window, &held, results)?;
-    Ok(true)
+    Ok(continues)
 }
 
 fn emit_results<O, L, P: LatePolicy<O, L>>(results: &mut Vec<O>, out: &mut Output<P::Out>) {
@@ -227,12 +232,21 @@ where
             &mut backend.timers,
             TimeDomain::EventTime,
             watermark,
-            |_, key, timer| {
+            |timers, key, timer| {
                 let end = timer.timestamp + 1;
-                if g.is_window_end(end) {
-                    fire_window(function, panes, &g, key.key, key.key_group, end, results)?;
-                    emit_results::<O, T, P>(results, out);
+                if g.is_window_end(end)
+                    && fire_window(function, panes, &g, key.key, key.key_group, end, results)?
+                {
+                    // Invariant: the windows of a key fire in a chain, each registering the
+                    // next while one of its panes lies in it.
+                    timers.register_in_group(
+                        TimeDomain::EventTime,
+                        key.key,
+                        key.key_group,
+                        timer.timestamp + g.slide,
+                    );
                 }
+                emit_results::<O, T, P>(results, out);
                 // The panes whose last window, plus the allowed lateness, ends here are done.
                 for start in g.panes_last_in(end - lateness) {
                     let entry = TimedKey {
@@ -271,8 +285,8 @@ where
     }
 }
 
-/// Registers the timers of a new pane: each window holding it that has not fired yet, and the
-/// pane's cleanup.
+/// Registers the timers of a new pane: its first window that has not fired yet (the later ones
+/// follow in a chain), and with an allowed lateness its cleanup.
 fn register_pane_timers<K: Key>(
     timers: &mut TimerService<K>,
     g: &PaneGeometry,
@@ -282,16 +296,19 @@ fn register_pane_timers<K: Key>(
     pane: i64,
 ) {
     let watermark = timers.watermark();
-    for window in g.windows_of_pane(pane) {
-        if window.max_timestamp() > watermark {
-            timers.register_in_group(
-                TimeDomain::EventTime,
-                key,
-                key_group,
-                window.max_timestamp(),
-            );
-        }
+    if let Some(window) = g
+        .windows_of_pane(pane)
+        .find(|w| w.max_timestamp() > watermark)
+    {
+        timers.register_in_group(
+            TimeDomain::EventTime,
+            key,
+            key_group,
+            window.max_timestamp(),
+        );
     }
-    let cleanup = g.last_end(pane) - 1 + lateness;
-    timers.register_in_group(TimeDomain::EventTime, key, key_group, cleanup);
+    if lateness > 0 {
+        let cleanup = g.last_end(pane) - 1 + lateness;
+        timers.register_in_group(TimeDomain::EventTime, key, key_group, cleanup);
+    }
 }

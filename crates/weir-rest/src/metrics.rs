@@ -43,7 +43,7 @@ type Labels = Vec<(&'static str, String)>;
 struct SubtaskSeries {
     task: Labels,
     operator: Labels,
-    values: [f64; 6],
+    values: [f64; 7],
 }
 
 struct Family<'a> {
@@ -192,11 +192,12 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
                     rate.records_out_per_second,
                     (alignment_ms as f64) * 1e6,
                     (delay_ms as f64) * 1e6,
+                    rate.backpressured_ms_per_second,
                 ],
             })
         })
         .collect();
-    let task_metrics: [(&str, &str, usize, bool); 6] = [
+    let task_metrics: [(&str, &str, usize, bool); 7] = [
         ("numRecordsIn", "Records this subtask has received.", 0, true),
         ("numRecordsOut", "Records this subtask has emitted.", 1, true),
         ("numRecordsInPerSecond", "Records received per second.", 2, true),
@@ -211,6 +212,12 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
             "checkpointStartDelayNanos",
             "Time from the checkpoint's trigger to its barrier reaching this subtask, in nanoseconds.",
             5,
+            false,
+        ),
+        (
+            "backPressuredTimeMsPerSecond",
+            "Milliseconds per second this subtask was blocked on full output channels.",
+            6,
             false,
         ),
     ];

@@ -15,11 +15,14 @@ use weir_runtime::handle::SubtaskCounts;
 pub struct SubtaskRate {
     pub records_in_per_second: f64,
     pub records_out_per_second: f64,
+    /// Milliseconds per second blocked on full output channels (Flink's
+    /// `backPressuredTimeMsPerSecond`).
+    pub backpressured_ms_per_second: f64,
 }
 
 #[derive(Default)]
 struct State {
-    last: HashMap<(usize, u32), (u64, u64)>,
+    last: HashMap<(usize, u32), (u64, u64, u64)>,
     at: Option<Instant>,
     rates: HashMap<(usize, u32), SubtaskRate>,
 }
@@ -44,18 +47,20 @@ impl Rates {
         let mut last = HashMap::with_capacity(counts.len());
         for c in counts {
             let key = (c.vertex, c.index);
-            if let (Some(dt), Some(&(prev_in, prev_out))) = (elapsed, s.last.get(&key)) {
+            if let (Some(dt), Some(&(prev_in, prev_out, prev_bp))) = (elapsed, s.last.get(&key)) {
                 if dt > 0.0 && c.records_in >= prev_in && c.records_out >= prev_out {
+                    let blocked = c.backpressured_ms.saturating_sub(prev_bp) as f64 / dt;
                     rates.insert(
                         key,
                         SubtaskRate {
                             records_in_per_second: (c.records_in - prev_in) as f64 / dt,
                             records_out_per_second: (c.records_out - prev_out) as f64 / dt,
+                            backpressured_ms_per_second: blocked.min(1000.0),
                         },
                     );
                 }
             }
-            last.insert(key, (c.records_in, c.records_out));
+            last.insert(key, (c.records_in, c.records_out, c.backpressured_ms));
         }
         s.last = last;
         s.at = Some(now);
@@ -80,6 +85,10 @@ impl Rates {
             .fold(SubtaskRate::default(), |acc, (_, r)| SubtaskRate {
                 records_in_per_second: acc.records_in_per_second + r.records_in_per_second,
                 records_out_per_second: acc.records_out_per_second + r.records_out_per_second,
+                // The most blocked subtask is the operator's back-pressure.
+                backpressured_ms_per_second: acc
+                    .backpressured_ms_per_second
+                    .max(r.backpressured_ms_per_second),
             })
     }
 }
@@ -95,6 +104,7 @@ mod tests {
             index,
             records_in,
             records_out,
+            backpressured_ms: 0,
         }
     }
 

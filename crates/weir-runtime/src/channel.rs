@@ -23,9 +23,39 @@ pub trait ChannelSink<T>: Send {
     fn send(&self, element: Element<T>) -> Result<(), TaskError>;
 }
 
+thread_local! {
+    /// Nanoseconds this thread (one subtask's task loop) spent blocked on full output
+    /// channels: its back-pressure.
+    static BACKPRESSURED_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The back-pressure of the calling subtask thread so far, in nanoseconds.
+pub fn backpressured_ns() -> u64 {
+    BACKPRESSURED_NS.with(|c| c.get())
+}
+
+/// Sends without waiting when the consumer has room; otherwise waits, and counts the wait as
+/// back-pressure. Once per batch, never per record.
+fn send_counting_backpressure<T>(
+    sender: &Sender<Element<T>>,
+    element: Element<T>,
+) -> Result<(), TaskError> {
+    match sender.try_send(element) {
+        Ok(()) => Ok(()),
+        Err(crossbeam_channel::TrySendError::Full(element)) => {
+            let start = std::time::Instant::now();
+            let sent = sender.send(element).map_err(|_| TaskError::ChannelClosed);
+            let waited = start.elapsed().as_nanos() as u64;
+            BACKPRESSURED_NS.with(|c| c.set(c.get() + waited));
+            sent
+        }
+        Err(crossbeam_channel::TrySendError::Disconnected(_)) => Err(TaskError::ChannelClosed),
+    }
+}
+
 impl<T: Send> ChannelSink<T> for Sender<Element<T>> {
     fn send(&self, element: Element<T>) -> Result<(), TaskError> {
-        Sender::send(self, element).map_err(|_| TaskError::ChannelClosed)
+        send_counting_backpressure(self, element)
     }
 }
 
@@ -42,9 +72,7 @@ impl<A: Send, B: Send> ChannelSink<A> for LeftSink<A, B> {
             }
             other => convert_control(other),
         };
-        self.sender
-            .send(element)
-            .map_err(|_| TaskError::ChannelClosed)
+        send_counting_backpressure(&self.sender, element)
     }
 }
 
@@ -61,9 +89,7 @@ impl<A: Send, B: Send> ChannelSink<B> for RightSink<A, B> {
             }
             other => convert_control(other),
         };
-        self.sender
-            .send(element)
-            .map_err(|_| TaskError::ChannelClosed)
+        send_counting_backpressure(&self.sender, element)
     }
 }
 
@@ -102,4 +128,30 @@ pub fn right<A: Send + 'static, B: Send + 'static>(
 ) -> (Box<dyn ChannelSink<B>>, EitherReceiver<A, B>) {
     let (sender, rx) = crossbeam_channel::bounded(capacity);
     (Box::new(RightSink { sender }), rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn time_blocked_on_a_full_channel_counts_as_back_pressure_and_free_sends_do_not() {
+        let (sink, rx) = direct::<u32>(1);
+        let before = backpressured_ns();
+        sink.send(Element::Records(vec![1])).unwrap(); // room: no wait
+        assert_eq!(backpressured_ns(), before);
+        let consumer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            let first = rx.recv().unwrap();
+            let second = rx.recv().unwrap();
+            (first, second)
+        });
+        sink.send(Element::Records(vec![2])).unwrap(); // full until the consumer reads
+        let blocked = backpressured_ns() - before;
+        assert!(blocked >= 10_000_000, "blocked {blocked} ns");
+        let (first, second) = consumer.join().unwrap();
+        assert!(matches!(first, Element::Records(b) if b == vec![1]));
+        assert!(matches!(second, Element::Records(b) if b == vec![2]));
+    }
 }

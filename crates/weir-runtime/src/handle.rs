@@ -52,6 +52,8 @@ pub struct SubtaskCounts {
     pub index: u32,
     pub records_in: u64,
     pub records_out: u64,
+    /// Milliseconds blocked on full output channels so far.
+    pub backpressured_ms: u64,
 }
 
 /// Why a request to the job was refused.
@@ -198,6 +200,7 @@ impl JobHandle {
                 index: *index,
                 records_in: m.records_in(),
                 records_out: m.records_out(),
+                backpressured_ms: m.backpressured_ms(),
             })
             .collect()
     }

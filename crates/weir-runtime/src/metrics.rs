@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct SubtaskMetrics {
     pub records_in: AtomicU64,
     pub records_out: AtomicU64,
+    /// Time blocked on full output channels, in nanoseconds.
+    pub backpressured_ns: AtomicU64,
 }
 
 impl SubtaskMetrics {
@@ -18,6 +20,12 @@ impl SubtaskMetrics {
     }
     pub fn records_in(&self) -> u64 {
         self.records_in.load(Ordering::Relaxed)
+    }
+    pub fn set_backpressured(&self, total_ns: u64) {
+        self.backpressured_ns.store(total_ns, Ordering::Relaxed);
+    }
+    pub fn backpressured_ms(&self) -> u64 {
+        self.backpressured_ns.load(Ordering::Relaxed) / 1_000_000
     }
     pub fn records_out(&self) -> u64 {
         self.records_out.load(Ordering::Relaxed)

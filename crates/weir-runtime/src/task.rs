@@ -99,6 +99,8 @@ impl TaskRuntime {
     /// After every batch: the injected failure, if one is due, and the first-record report of
     /// a restarted attempt (recovery time is measured up to it).
     fn after_batch(&mut self) -> Result<(), TaskError> {
+        self.metrics
+            .set_backpressured(crate::channel::backpressured_ns());
         if let Some(injector) = self.injector.as_mut() {
             if injector.roll() {
                 return Err(TaskError::Injected);

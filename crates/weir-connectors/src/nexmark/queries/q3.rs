@@ -18,13 +18,16 @@ pub struct LocalItem {
     pub auction: u64,
 }
 
+/// What q3 keeps of a seller: name, city and state.
+type Seller = (String, String, String);
+
 /// Joins people and auctions by person id = seller, whichever arrives first.
 #[derive(Clone)]
 struct LocalItems;
 
 impl KeyedCoProcessFunction<u64, Person, Auction, LocalItem> for LocalItems {
     /// The seller, once seen; the auctions waiting for their seller.
-    type State = (ValueState<u64, Person>, ListState<u64, u64>);
+    type State = (ValueState<u64, Seller>, ListState<u64, u64>);
 
     fn state(&self) -> Self::State {
         (
@@ -40,10 +43,11 @@ impl KeyedCoProcessFunction<u64, Person, Auction, LocalItem> for LocalItems {
         (people, waiting): &mut Self::State,
         out: &mut Output<LocalItem>,
     ) -> Result<(), TaskError> {
+        let seller = (person.name, person.city, person.state);
         for auction in waiting.take(key) {
-            out.emit(item(&person, auction));
+            out.emit(item(&seller, auction));
         }
-        people.set(key, person);
+        people.set(key, seller);
         Ok(())
     }
 
@@ -62,11 +66,11 @@ impl KeyedCoProcessFunction<u64, Person, Auction, LocalItem> for LocalItems {
     }
 }
 
-fn item(person: &Person, auction: u64) -> LocalItem {
+fn item((name, city, state): &Seller, auction: u64) -> LocalItem {
     LocalItem {
-        name: person.name.clone(),
-        city: person.city.clone(),
-        state: person.state.clone(),
+        name: name.clone(),
+        city: city.clone(),
+        state: state.clone(),
         auction,
     }
 }

@@ -4,7 +4,7 @@
 use weir_api::prelude::*;
 
 use super::WINDOW_MS;
-use crate::nexmark::model::{Auction, Event, Person};
+use crate::nexmark::model::Event;
 use std::time::Duration;
 
 /// A result of q8.
@@ -15,6 +15,21 @@ pub struct NewSeller {
     pub window_start: i64,
 }
 
+/// What q8 needs of a person: its id, name and registration time.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Registered {
+    id: u64,
+    name: String,
+    date_time: i64,
+}
+
+/// What q8 needs of an auction: its seller and time.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Opened {
+    seller: u64,
+    date_time: i64,
+}
+
 /// ```sql
 /// SELECT P.id, P.name, P.starttime FROM
 ///   (SELECT id, name, window_start AS starttime FROM TUMBLE(person, dateTime, 10 s)) P
@@ -23,21 +38,35 @@ pub struct NewSeller {
 /// ON P.id = A.seller AND P.starttime = A.starttime
 /// ```
 pub fn q8(events: DataStream<Event>) -> DataStream<NewSeller> {
-    let (people, auctions) = super::people_and_auctions(events, "q8-select").split();
+    // Only the columns the query reads are kept in the join's state.
+    let (people, auctions) = events
+        .flat_map("q8-select", |e: Event| match e {
+            Event::Person(p) => Some(Either::Left(Registered {
+                id: p.id,
+                name: p.name,
+                date_time: p.date_time,
+            })),
+            Event::Auction(a) => Some(Either::Right(Opened {
+                seller: a.seller,
+                date_time: a.date_time,
+            })),
+            Event::Bid(_) => None,
+        })
+        .split();
     people
-        .key_by(|p: &Person| p.id)
+        .key_by(|p: &Registered| p.id)
         .window_join(
-            auctions.key_by(|a: &Auction| a.seller),
+            auctions.key_by(|a: &Opened| a.seller),
             TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS as u64)),
-            |p: &Person| p.date_time,
-            |a: &Auction| a.date_time,
+            |p: &Registered| p.date_time,
+            |a: &Opened| a.date_time,
         )
         .co_group(
             "q8-join",
             |_: &u64,
              window: TimeWindow,
-             people: WindowElements<'_, Person>,
-             mut auctions: WindowElements<'_, Auction>,
+             people: WindowElements<'_, Registered>,
+             mut auctions: WindowElements<'_, Opened>,
              out: &mut Vec<NewSeller>| {
                 if auctions.next().is_some() {
                     for p in people {

@@ -238,3 +238,34 @@ fn a_window_process_function_sees_every_record_of_its_window() {
         .collect();
     assert_eq!(got, expected);
 }
+
+#[test]
+fn a_timestamp_assigner_in_the_middle_of_a_job_drives_the_windows_after_it() {
+    let input = clicks(3_000);
+    let env = StreamEnv::new("assigner");
+    let sink = CollectSink::default();
+    env.source("clicks", VecSource::new(input.clone()))
+        .map("shift", |c: Click| (c.0, c.1 + 1_000))
+        .assign_timestamps_and_watermarks("event-time", |c: &Click| c.1, Duration::from_secs(1))
+        .key_by(|c: &Click| c.0 % 2)
+        .window(
+            TumblingEventTimeWindows::of(Duration::from_secs(5)),
+            |c: &Click| c.1,
+        )
+        .aggregate("count", Count)
+        .sink("out", sink.clone());
+    run(&env, 32);
+    let mut expected = BTreeMap::new();
+    for &(user, t) in &input {
+        let t = t + 1_000;
+        *expected
+            .entry((user % 2, t - t.rem_euclid(5_000)))
+            .or_insert(0u64) += 1;
+    }
+    let got: BTreeMap<(u64, i64), u64> = sink
+        .records()
+        .into_iter()
+        .map(|r| ((r.key, r.window.start), r.value))
+        .collect();
+    assert_eq!(got, expected);
+}

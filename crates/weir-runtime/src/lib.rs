@@ -9,6 +9,12 @@
 //! which acknowledge to the coordinator's driver ([`driver`], flows 1 and 5). The executor
 //! ([`executor`]) deploys a [`graph::JobGraph`], restores it from a checkpoint ([`restore`],
 //! flow 7) and supervises it.
+//!
+//! Event time: sources make watermarks between batches ([`watermark`]); each input gate
+//! combines its channels' watermarks and idleness ([`watermark_valve`]); keyed operators
+//! register event-time and processing-time timers, which are keyed state
+//! ([`timer_service`]); windows and joins build on both ([`operators::window`]); an operator
+//! may emit a second stream ([`side_output`]).
 
 pub mod channel;
 pub mod control;

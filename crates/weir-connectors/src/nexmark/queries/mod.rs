@@ -37,7 +37,7 @@ pub use q8::{q8, NewSeller};
 
 use weir_api::DataStream;
 
-use super::model::{Auction, Bid, Event, Person};
+use super::model::{Bid, Event};
 
 /// The queries this crate implements, by name (`q0` … `q8`).
 pub const QUERIES: [&str; 8] = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"];
@@ -51,19 +51,5 @@ pub fn bids(events: DataStream<Event>, name: &str) -> DataStream<Bid> {
     events.flat_map(name, |e: Event| match e {
         Event::Bid(b) => Some(b),
         _ => None,
-    })
-}
-
-/// The people and auctions of the stream, as one stream of `Either` (split it with
-/// `split()`, or key it as one).
-pub fn people_and_auctions(
-    events: DataStream<Event>,
-    name: &str,
-) -> DataStream<weir_api::prelude::Either<Person, Auction>> {
-    use weir_api::prelude::Either;
-    events.flat_map(name, |e: Event| match e {
-        Event::Person(p) => Some(Either::Left(*p)),
-        Event::Auction(a) => Some(Either::Right(*a)),
-        Event::Bid(_) => None,
     })
 }

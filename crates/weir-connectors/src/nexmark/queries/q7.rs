@@ -1,7 +1,8 @@
 //! q7, highest bid: the bids with the highest price in each 10 s tumbling window.
 //!
-//! Two steps, so the work spreads over every subtask: the highest bids per auction and window
-//! (an incremental window aggregate), then the highest of those per window, fired by an
+//! Two steps, so the work spreads over every subtask: the highest bids per window and bucket of
+//! auctions (an incremental window aggregate; [`BUCKETS`] buckets keep the partial state small
+//! however many auctions there are), then the highest of those per window, fired by an
 //! event-time timer at the window's end.
 
 use weir_api::prelude::*;
@@ -9,6 +10,9 @@ use weir_api::prelude::*;
 use super::WINDOW_MS;
 use crate::nexmark::model::{Bid, Event};
 use std::time::Duration;
+
+/// The auctions are spread over this many buckets (by id) for the first step.
+pub const BUCKETS: u64 = 1024;
 
 /// A result of q7: one of the bids with the highest price in `window`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -106,12 +110,12 @@ impl KeyedProcessFunction<i64, WindowResult<u64, (u64, Vec<Bid>)>, HighestBid> f
 /// ```
 pub fn q7(events: DataStream<Event>) -> DataStream<HighestBid> {
     super::bids(events, "q7-bids")
-        .key_by(|b: &Bid| b.auction)
+        .key_by(|b: &Bid| b.auction % BUCKETS)
         .window(
             TumblingEventTimeWindows::of(Duration::from_millis(WINDOW_MS as u64)),
             |b: &Bid| b.date_time,
         )
-        .aggregate("q7-highest-per-auction", HighestBids)
+        .aggregate("q7-highest-per-bucket", HighestBids)
         .key_by(|r: &WindowResult<u64, (u64, Vec<Bid>)>| r.window.end)
         .process("q7-highest", Highest)
 }

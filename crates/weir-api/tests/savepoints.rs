@@ -10,7 +10,7 @@ use weir_core::config::CheckpointConfig;
 use weir_core::{KeyGroupRange, OperatorId};
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{
-    execute, execute_job, ExecutionConfig, JobError, JobHandle, RequestStatus, StartMode,
+    execute, execute_job, Drain, ExecutionConfig, JobError, JobHandle, RequestStatus, StartMode,
     StopHandle,
 };
 use weir_state::{KeyedStateSet, ValueState};
@@ -89,7 +89,7 @@ fn take_savepoint(dir: &Path, after: Duration) -> PathBuf {
     let waiter = std::thread::spawn(move || {
         std::thread::sleep(after);
         let request = remote
-            .stop_with_savepoint(Some(target))
+            .stop_with_savepoint(Some(target), Drain::Keep)
             .expect("job running");
         loop {
             match remote.request(request) {
@@ -191,7 +191,9 @@ fn state_of_a_missing_uid_is_refused_with_the_uids_listed_unless_skipping_is_all
     let target = dir.path().join("savepoints");
     let waiter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(400));
-        let request = remote.stop_with_savepoint(Some(target)).unwrap();
+        let request = remote
+            .stop_with_savepoint(Some(target), Drain::Keep)
+            .unwrap();
         loop {
             if let Some(RequestStatus::Completed {
                 location: Some(p), ..

@@ -219,13 +219,15 @@ impl RestClient {
         self.trigger(&format!("/jobs/{job_id}/savepoints"), body)
     }
 
-    /// Stops the job with a savepoint into `target` (or the job's default directory).
+    /// Stops the job with a savepoint into `target` (or the job's default directory); with
+    /// `drain`, event time ends first so that every window and timer fires.
     pub fn stop_with_savepoint(
         &self,
         job_id: &str,
         target: Option<&str>,
+        drain: bool,
     ) -> Result<String, ClientError> {
-        let mut body = json!({ "drain": false });
+        let mut body = json!({ "drain": drain });
         if let Some(t) = target {
             body["targetDirectory"] = json!(t);
         }

@@ -7,10 +7,13 @@ use weir_core::{Barrier, CheckpointId, CheckpointKind, SubtaskId, SubtaskState};
 #[derive(Debug, Clone)]
 pub enum TaskControl {
     /// Sources only: start checkpoint `barrier`. With `finish`, the source emits nothing after
-    /// the barrier and ends its input: the job stops with this as its final checkpoint.
+    /// the barrier and ends its input: the job stops with this as its final checkpoint. With
+    /// `drain` too, the source first ends event time (a watermark at `i64::MAX`), so every
+    /// window and event-time timer downstream fires before the barrier reaches it.
     Trigger {
         barrier: Barrier,
         finish: bool,
+        drain: bool,
     },
     /// Sources only: end input now, without a checkpoint.
     Finish,
@@ -61,10 +64,11 @@ pub enum CoordinatorMessage {
     },
     /// Take a final checkpoint, then let the sources finish.
     StopWithCheckpoint,
-    /// Take a savepoint, then let the sources finish.
+    /// Take a savepoint, then let the sources finish; with `drain`, end event time first.
     StopWithSavepoint {
         request: weir_checkpoint::RequestId,
         target: Option<std::path::PathBuf>,
+        drain: bool,
     },
     /// Answer with the latest completed checkpoint, once every message before this one was
     /// handled: a restart restores exactly what the coordinator considers completed, and every

@@ -44,6 +44,8 @@ struct Driver {
     /// The request of the stop in progress (final checkpoint or savepoint), if any: only its
     /// own checkpoint ends the sources.
     stopping: Option<RequestId>,
+    /// Whether the stop in progress ends event time before its checkpoint.
+    stop_drains: bool,
     /// The current attempt; messages of earlier attempts are ignored.
     attempt: u32,
     handle: JobHandle,
@@ -78,6 +80,7 @@ pub fn spawn_driver(
         controls: HashMap::new(),
         events,
         stopping: None,
+        stop_drains: false,
         attempt: 0,
         handle,
         targets: HashMap::new(),
@@ -187,7 +190,11 @@ impl Driver {
                 self.targets.insert(request, target);
                 Event::TriggerRequest { request, kind }
             }
-            CoordinatorMessage::StopWithSavepoint { request, target } => {
+            CoordinatorMessage::StopWithSavepoint {
+                request,
+                target,
+                drain,
+            } => {
                 if self.stopping.is_some() {
                     self.handle.set_request(
                         request,
@@ -196,6 +203,7 @@ impl Driver {
                     return Translated::Nothing;
                 }
                 self.stopping = Some(request);
+                self.stop_drains = drain;
                 self.targets.insert(request, target);
                 Event::TriggerRequest {
                     request,
@@ -215,6 +223,7 @@ impl Driver {
                     return Translated::Nothing;
                 }
                 self.stopping = Some(STOP_REQUEST);
+                self.stop_drains = false;
                 Event::TriggerRequest {
                     request: STOP_REQUEST,
                     kind: CheckpointKind::Checkpoint,
@@ -263,9 +272,17 @@ impl Driver {
                 // that starts meanwhile is an ordinary checkpoint.
                 let finish = self.stopping.is_some()
                     && self.requests.get(&checkpoint).copied() == self.stopping;
-                tracing::debug!(%checkpoint, finish, "triggering checkpoint");
+                let drain = finish && self.stop_drains;
+                tracing::debug!(%checkpoint, finish, drain, "triggering checkpoint");
                 for s in sources {
-                    self.send(s, TaskControl::Trigger { barrier, finish });
+                    self.send(
+                        s,
+                        TaskControl::Trigger {
+                            barrier,
+                            finish,
+                            drain,
+                        },
+                    );
                 }
                 if finish {
                     let _ = self.events.send(JobEvent::FinalCheckpointTriggered {

@@ -46,6 +46,17 @@ pub enum RequestStatus {
 }
 
 /// Records flowing through one subtask.
+/// What a stop with savepoint does with event time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Drain {
+    /// Windows and timers still pending stay in the savepoint, to fire after a restore.
+    #[default]
+    Keep,
+    /// End event time before the savepoint (Flink's `--drain`): everything pending fires now.
+    /// For a job that is not meant to resume.
+    EndEventTime,
+}
+
 #[derive(Clone, Debug)]
 pub struct SubtaskCounts {
     pub vertex: usize,
@@ -222,25 +233,31 @@ impl JobHandle {
 
     /// Asks for a checkpoint now; poll [`request`](Self::request) with the returned id.
     pub fn trigger_checkpoint(&self) -> Result<RequestId, HandleError> {
-        self.trigger(CheckpointKind::Checkpoint, None, false)
+        self.trigger(CheckpointKind::Checkpoint, None, None)
     }
 
     /// Asks for a savepoint into `target` (or the configured savepoint directory).
     pub fn trigger_savepoint(&self, target: Option<PathBuf>) -> Result<RequestId, HandleError> {
-        self.trigger(CheckpointKind::Savepoint, target, false)
+        self.trigger(CheckpointKind::Savepoint, target, None)
     }
 
     /// Takes a savepoint, then stops the job: its sinks commit, and it ends once the savepoint
-    /// completed.
-    pub fn stop_with_savepoint(&self, target: Option<PathBuf>) -> Result<RequestId, HandleError> {
-        self.trigger(CheckpointKind::Savepoint, target, true)
+    /// completed. With [`Drain::EndEventTime`], event time ends first (Flink's `--drain`):
+    /// every window and event-time timer fires and its output is committed with the savepoint,
+    /// which then holds no pending event-time state.
+    pub fn stop_with_savepoint(
+        &self,
+        target: Option<PathBuf>,
+        drain: Drain,
+    ) -> Result<RequestId, HandleError> {
+        self.trigger(CheckpointKind::Savepoint, target, Some(drain))
     }
 
     fn trigger(
         &self,
         kind: CheckpointKind,
         target: Option<PathBuf>,
-        then_stop: bool,
+        then_stop: Option<Drain>,
     ) -> Result<RequestId, HandleError> {
         let mut live = self.live();
         let Some(tx) = live
@@ -253,9 +270,13 @@ impl JobHandle {
         let request = self.shared.next_request.fetch_add(1, Ordering::SeqCst);
         live.requests.insert(request, RequestStatus::InProgress);
         drop(live);
-        if then_stop {
+        if let Some(drain) = then_stop {
             // The stop proper happens when the savepoint completes (see the executor).
-            let _ = tx.send(CoordinatorMessage::StopWithSavepoint { request, target });
+            let _ = tx.send(CoordinatorMessage::StopWithSavepoint {
+                request,
+                target,
+                drain: drain == Drain::EndEventTime,
+            });
         } else {
             let _ = tx.send(CoordinatorMessage::Trigger {
                 kind,

@@ -46,7 +46,7 @@ pub use executor::{
     execute, execute_job, ClaimMode, ExecutionConfig, JobProgress, JobSummary, LastCheckpoint,
     StopHandle,
 };
-pub use handle::{JobHandle, RequestStatus};
+pub use handle::{Drain, JobHandle, RequestStatus};
 pub use operator::{OneInputOperator, OperatorContext, SourceFunction, SourceStatus};
 pub use output::Output;
 pub use restore::StartMode;

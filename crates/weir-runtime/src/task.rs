@@ -274,7 +274,7 @@ where
             }
         };
         if let Some(control) = control {
-            match handle_source_control(control, &mut source, &mut out, &mut rt)? {
+            match handle_source_control(control, &mut source, &mut watermarks, &mut out, &mut rt)? {
                 Next::Continue => continue,
                 Next::Exit => return Ok(()),
                 Next::Finish => {
@@ -297,7 +297,13 @@ where
                 out.flush()?;
                 watermarks.on_idle(&mut out)?;
                 match rt.control.recv_timeout(Duration::from_millis(5)) {
-                    Ok(c) => match handle_source_control(c, &mut source, &mut out, &mut rt)? {
+                    Ok(c) => match handle_source_control(
+                        c,
+                        &mut source,
+                        &mut watermarks,
+                        &mut out,
+                        &mut rt,
+                    )? {
                         Next::Continue => {}
                         Next::Exit => return Ok(()),
                         Next::Finish => {
@@ -331,18 +337,29 @@ where
     }
 }
 
-fn handle_source_control<T, S>(
+fn handle_source_control<T, S, W>(
     control: TaskControl,
     source: &mut S,
+    watermarks: &mut W,
     out: &mut Output<T>,
     rt: &mut TaskRuntime,
 ) -> Result<Next, TaskError>
 where
     T: Clone + Send,
     S: SourceFunction<T>,
+    W: SourceWatermarks<T>,
 {
     Ok(match control {
-        TaskControl::Trigger { barrier, finish } => {
+        TaskControl::Trigger {
+            barrier,
+            finish,
+            drain,
+        } => {
+            if finish && drain {
+                // Invariant: a drained stop's event time ends before its barrier, so what the
+                // windows and timers emit on it is part of the final savepoint, not after it.
+                watermarks.on_exhausted(out)?;
+            }
             // The position is taken right after the barrier: everything before it was emitted.
             out.barrier(barrier)?;
             let sync_start = Instant::now();

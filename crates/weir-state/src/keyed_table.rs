@@ -63,7 +63,15 @@ impl<K, E> Default for Group<K, E> {
 
 impl<K: Key, E> Group<K, E> {
     /// Remembers that `key` was removed in `epoch`, first forgetting removals too old to matter.
+    ///
+    /// Removals in epoch 0 are not kept: a delta is only ever taken since a snapshot, and epoch 0
+    /// ends with the table's first snapshot (or restore), so no delta can need them. A job that
+    /// never snapshots (checkpointing off) thus keeps no removals at all, however many keys it
+    /// drops.
     fn tombstone(&mut self, key: K, epoch: u64) {
+        if epoch == 0 {
+            return;
+        }
         if !self.removed.is_empty() && self.oldest_removed + TOMBSTONE_EPOCHS < epoch {
             self.removed.retain(|_, e| *e + TOMBSTONE_EPOCHS >= epoch);
             self.oldest_removed = self.removed.values().copied().min().unwrap_or(epoch);
@@ -285,6 +293,12 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         self.groups
             .iter()
             .flat_map(|g| g.entries.iter().map(|(k, (e, _))| (k, e)))
+    }
+
+    /// The number of removed keys remembered for deltas, summed over key groups.
+    #[cfg(test)]
+    pub(crate) fn tombstones_len(&self) -> usize {
+        self.groups.iter().map(|g| g.removed.len()).sum()
     }
 
     /// The number of key groups whose map a snapshot still shares.

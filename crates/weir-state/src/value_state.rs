@@ -238,6 +238,39 @@ mod tests {
     }
 
     #[test]
+    fn without_snapshots_removed_keys_leave_nothing_behind() {
+        let mut s: ValueState<u64, u64> = ValueState::new("windows");
+        s.init(MP, KeyGroupRange::new(0, MP));
+        for k in 0..100_000u64 {
+            let key = CurrentKey::new(&k, MP);
+            s.set(&key, k);
+            s.clear(&key);
+        }
+        assert_eq!(s.len(), 0);
+        assert_eq!(
+            s.table.tombstones_len(),
+            0,
+            "no snapshot can need these removals"
+        );
+
+        // Once a snapshot exists, later removals are kept for the next delta, and only as long
+        // as a delta can need them.
+        s.table.freeze();
+        for k in 0..1_000u64 {
+            let key = CurrentKey::new(&k, MP);
+            s.set(&key, k);
+            s.clear(&key);
+        }
+        assert_eq!(s.table.tombstones_len(), 1_000);
+        for _ in 0..=crate::TOMBSTONE_EPOCHS {
+            s.table.freeze();
+        }
+        s.set(&CurrentKey::new(&7, MP), 7);
+        s.clear(&CurrentKey::new(&7, MP));
+        assert!(s.table.tombstones_len() < 1_000, "old removals are pruned");
+    }
+
+    #[test]
     fn dirty_flags_mark_exactly_the_key_groups_written_since_the_previous_snapshot() {
         let mut s = state();
         let one = CurrentKey::new(&1, MP);

@@ -52,6 +52,10 @@ pub struct StopArgs {
     /// Where to write the final savepoint; the job's savepoint directory by default.
     #[arg(long, value_name = "DIR")]
     pub savepoint: Option<String>,
+    /// End event time before the savepoint: every window and event-time timer fires and its
+    /// output is committed. For a job that is not meant to resume.
+    #[arg(long)]
+    pub drain: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -143,8 +147,13 @@ pub fn savepoint(args: SavepointArgs) -> Result<(), CliError> {
 pub fn stop(args: StopArgs) -> Result<(), CliError> {
     let c = client(&args.client)?;
     let job = c.resolve_job(&args.job)?;
-    let trigger = c.stop_with_savepoint(&job, absolute(args.savepoint.as_deref()).as_deref())?;
-    eprintln!("Stopping job {job} with a savepoint…");
+    let target = absolute(args.savepoint.as_deref());
+    let trigger = c.stop_with_savepoint(&job, target.as_deref(), args.drain)?;
+    if args.drain {
+        eprintln!("Stopping job {job}: ending event time, then a savepoint…");
+    } else {
+        eprintln!("Stopping job {job} with a savepoint…");
+    }
     let location = c.wait_savepoint(&job, &trigger, args.client.timeout)?;
     println!("Job {job} stopped; savepoint: {location}");
     Ok(())

@@ -12,7 +12,7 @@ use axum::response::Response;
 use std::path::PathBuf;
 use weir_checkpoint::RequestId;
 use weir_runtime::handle::HandleError;
-use weir_runtime::{JobHandle, RequestStatus};
+use weir_runtime::{Drain, JobHandle, RequestStatus};
 
 use super::body::JsonBody;
 use super::{json, path, Shared};
@@ -112,7 +112,14 @@ pub async fn trigger_savepoint(
     } else {
         OperationKind::Savepoint
     };
-    savepoint(&state, job, kind, target, body.trigger_id.as_deref())
+    savepoint(
+        &state,
+        job,
+        kind,
+        target,
+        Drain::Keep,
+        body.trigger_id.as_deref(),
+    )
 }
 
 pub async fn stop(
@@ -122,20 +129,14 @@ pub async fn stop(
 ) -> Result<Response, ApiError> {
     let job = state.job(&path(jobid)?)?;
     check_enum("formatType", body.format_type.as_deref(), FORMAT_TYPES).map_err(bad)?;
-    if body.drain == Some(true) {
-        return Err(ApiError::bad_request(
-            "drain is not supported: Weir has no event-time timers to flush before the savepoint; \
-             stop without --drain",
-        ));
-    }
     let target = target(&state, body.target_directory.as_deref())?;
-    savepoint(
-        &state,
-        job,
-        OperationKind::StopWithSavepoint,
-        target,
-        body.trigger_id.as_deref(),
-    )
+    let kind = OperationKind::StopWithSavepoint;
+    let drain = if body.drain == Some(true) {
+        Drain::EndEventTime
+    } else {
+        Drain::Keep
+    };
+    savepoint(&state, job, kind, target, drain, body.trigger_id.as_deref())
 }
 
 /// The savepoint directory for a request: the validated target, or the default one — made
@@ -155,6 +156,7 @@ fn savepoint(
     job: &JobHandle,
     kind: OperationKind,
     target: Option<PathBuf>,
+    drain: Drain,
     given_trigger: Option<&str>,
 ) -> Result<Response, ApiError> {
     let (id, existing) = trigger_id(state, given_trigger, kind)?;
@@ -164,7 +166,7 @@ fn savepoint(
             .map(|t| t.display().to_string())
             .unwrap_or_default();
         let request = match kind {
-            OperationKind::StopWithSavepoint => job.stop_with_savepoint(target),
+            OperationKind::StopWithSavepoint => job.stop_with_savepoint(target, drain),
             _ => job.trigger_savepoint(target),
         }
         .map_err(|e| refused(job, e))?;

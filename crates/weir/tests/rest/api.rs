@@ -152,7 +152,7 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
 
     // Stop with a savepoint (into the default directory): the job ends cleanly.
     demo.after_a_checkpoint();
-    let trigger = demo.client.stop_with_savepoint(&job, None).unwrap();
+    let trigger = demo.client.stop_with_savepoint(&job, None, false).unwrap();
     let last = demo
         .client
         .wait_savepoint(&job, &trigger, PATIENCE)

@@ -259,9 +259,9 @@ fn bad_requests_get_the_right_4xx_and_the_job_keeps_running() {
             ),
         },
         Case {
-            what: "stop with drain",
+            what: "stop with a drain that is not a boolean",
             status: 400,
-            answer: post_json(port, &format!("/jobs/{job}/stop"), r#"{"drain": true}"#),
+            answer: post_json(port, &format!("/jobs/{job}/stop"), r#"{"drain": "yes"}"#),
         },
         Case {
             what: "an unknown termination mode",

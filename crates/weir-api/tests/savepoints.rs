@@ -181,6 +181,47 @@ fn a_savepoint_copied_elsewhere_restores_after_the_original_is_deleted_and_outli
 }
 
 #[test]
+fn a_damaged_savepoint_stops_the_start_with_the_file_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let savepoint = take_savepoint(dir.path(), Duration::from_millis(400));
+    // The largest state file: keyed state of the counts.
+    let (file, len) = std::fs::read_dir(&savepoint)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .filter(|(name, _)| name != "_metadata")
+        .max_by_key(|(_, len)| *len)
+        .unwrap();
+    let path = savepoint.join(&file);
+    let original = std::fs::read(&path).unwrap();
+
+    // A flipped bit: found when the restore reads the file.
+    let mut flipped = original.clone();
+    flipped[len as usize / 2] ^= 0x10;
+    std::fs::write(&path, &flipped).unwrap();
+    let err = run_to_end(&dir.path().join("b"), &job(2, false), &savepoint, false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&file) && err.contains("checksum"), "{err}");
+
+    // Cut short: found before anything starts.
+    std::fs::write(&path, &original[..original.len() - 10]).unwrap();
+    let err = run_to_end(&dir.path().join("c"), &job(2, false), &savepoint, false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&file) && err.contains("truncated"), "{err}");
+
+    // Intact again: it restores.
+    std::fs::write(&path, &original).unwrap();
+    run_to_end(&dir.path().join("d"), &job(2, false), &savepoint, false).unwrap();
+}
+
+#[test]
 fn state_of_a_missing_uid_is_refused_with_the_uids_listed_unless_skipping_is_allowed() {
     let dir = tempfile::tempdir().unwrap();
     // Take the savepoint from a job that has one more keyed operator than the one restored.

@@ -157,6 +157,19 @@ impl ObjectIo {
         Ok(Vec::from(bytes))
     }
 
+    /// The size of an object, without reading it.
+    pub fn size(&self, relative: &str) -> Result<u64, StorageError> {
+        if let Some(e) = faults::check("get", relative) {
+            return Err(StorageError::Io {
+                path: self.display(relative),
+                source: e,
+            });
+        }
+        let key = self.key(relative);
+        let meta = self.run(relative, || self.store.head(&key))?;
+        Ok(meta.size)
+    }
+
     /// Deletes an object; a missing one is fine.
     pub fn delete(&self, relative: &str) -> Result<(), StorageError> {
         let key = self.key(relative);

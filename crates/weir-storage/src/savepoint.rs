@@ -83,10 +83,36 @@ pub fn write_savepoint(
 }
 
 /// Opens a savepoint (or a retained checkpoint directory) for restoring: its metadata, and a
-/// storage rooted at the directory so its relative handles resolve. Every file is verified.
+/// storage rooted at the directory so its relative handles resolve. Every file it references
+/// must exist with its recorded size, so a missing or truncated file stops the start before
+/// anything runs; checksums are verified as the restore reads the files (each is read once).
 pub fn open_savepoint(
     path: &Path,
 ) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
+    let (storage, metadata) = open_unchecked(path)?;
+    for state in metadata.checkpoint.subtask_states.values() {
+        for handle in &state.handles {
+            storage.check_state_file_size(handle)?;
+        }
+    }
+    Ok((storage, metadata))
+}
+
+/// Opens a savepoint like [`open_savepoint`] and reads every file it references, verifying
+/// its size and checksum.
+pub fn verify_savepoint(
+    path: &Path,
+) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
+    let (storage, metadata) = open_unchecked(path)?;
+    for state in metadata.checkpoint.subtask_states.values() {
+        for handle in &state.handles {
+            storage.read_state_file(handle)?;
+        }
+    }
+    Ok((storage, metadata))
+}
+
+fn open_unchecked(path: &Path) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
     let meta_path = path.join(METADATA_FILE);
     let bytes = fs::read(&meta_path).map_err(|e| StorageError::io(&meta_path, e))?;
     let metadata = CheckpointMetadata::decode(&bytes, &meta_path.display().to_string())?;
@@ -114,10 +140,5 @@ pub fn open_savepoint(
         }
     };
     let storage = CheckpointStorage::open(&parent, &name)?;
-    for state in metadata.checkpoint.subtask_states.values() {
-        for handle in &state.handles {
-            storage.read_state_file(handle)?;
-        }
-    }
     Ok((storage, metadata))
 }

@@ -170,6 +170,20 @@ impl CheckpointStorage {
         Ok(bytes)
     }
 
+    /// Checks, without reading it, that a state file exists with the size its handle recorded:
+    /// catches a missing or truncated file before a restore starts; the checksum is verified
+    /// when the file is read.
+    pub fn check_state_file_size(&self, handle: &StateHandle) -> Result<(), StorageError> {
+        let size = self.io.size(&handle.path)?;
+        if size != handle.size {
+            return Err(StorageError::Corrupt {
+                path: self.display(&handle.path),
+                reason: format!("{size} bytes, expected {} (truncated or torn)", handle.size),
+            });
+        }
+        Ok(())
+    }
+
     /// Reads any file by its relative path, unverified.
     pub fn read_file(&self, relative: &str) -> Result<Vec<u8>, StorageError> {
         self.io.get(relative)

@@ -1,20 +1,34 @@
 //! `weir bench checkpoint`: the state backend and checkpoint storage measured directly — the
 //! synchronous snapshot phase, full and incremental checkpoint sizes, write and restore
-//! throughput — beside the machine's sequential disk bandwidth (`dd … oflag=direct`).
+//! throughput — beside the machine's sequential disk bandwidth (`dd … oflag=direct`, run right
+//! before and after the full write and the restore; the mean of the two is reported).
 //!
 //! The state is one `ValueState<u64, String>` of `--keys` keys split over two subtasks (key
 //! groups `[0, 64)` and `[64, 128)`), written and restored by two threads, as the runtime's
 //! two snapshot workers do. Between checkpoints `--changed` of the keys get new values.
+//!
+//! After the full checkpoint the bench takes a savepoint of the same state the way the runtime
+//! does: each subtask encodes its state in the canonical full format and writes it as a state
+//! file, then `write_savepoint` copies the files into a self-contained directory (each file
+//! fsynced). It is restored the way `--from-savepoint` restores one: opened, its keyed state
+//! read through the runtime's restore path and decoded into fresh state.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use weir_core::{CheckpointId, HandleKind, KeyGroupRange, S3Options, StateHandle};
+use weir_checkpoint::CompletedCheckpoint;
+use weir_core::{
+    CheckpointId, CheckpointKind, HandleKind, JobId, KeyGroupRange, OperatorId, S3Options,
+    StateHandle, SubtaskId, SubtaskState,
+};
 use weir_state::{
     encode_incremental, CurrentKey, IncrementalBase, KeyedManifest, KeyedStateSet, SharedStateFile,
     ValueState, DEFAULT_MAX_PARALLELISM,
 };
-use weir_storage::{CheckpointLayout, CheckpointStorage, Location};
+use weir_storage::{
+    CheckpointLayout, CheckpointMetadata, CheckpointStorage, Location, OperatorMetadata,
+};
 
 use crate::cli::BenchArgs;
 use crate::CliError;
@@ -54,19 +68,29 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let job = format!("bench-{}", std::process::id());
     let storage = CheckpointStorage::open_location(&dir, &job, &s3)
         .map_err(|e| CliError::usage(e.to_string()))?;
-    let result = measure(args, &storage);
-    let _ = storage.discard_all();
-    let disk = match Location::parse(&dir) {
-        Ok(Location::Local(path)) => disk_bandwidth(&path),
+    // Savepoints go to a local directory: beside the checkpoints when those are local.
+    let savepoints = match Location::parse(&dir) {
+        Ok(Location::Local(path)) => path.join(format!("savepoints-{job}")),
+        _ => scratch.join("savepoints"),
+    };
+    let mut disk = match Location::parse(&dir) {
+        Ok(Location::Local(path)) => Disk::new(&path),
         _ => None,
     };
+    let result = measure(args, &storage, &savepoints, &mut disk);
+    let _ = storage.discard_all();
+    let _ = std::fs::remove_dir_all(&savepoints);
+    let (disk_write, disk_read) = disk
+        .as_ref()
+        .map_or((0.0, 0.0), |d| (mean(&d.writes), mean(&d.reads)));
+    let disk_source = disk.as_ref().map_or("none", Disk::source_kind);
+    drop(disk);
     let _ = std::fs::remove_dir_all(&scratch);
     let m = result?;
-    let (disk_write, disk_read) = disk.unwrap_or((0.0, 0.0));
     let ratio = m.incremental_bytes as f64 / m.full_bytes.max(1) as f64;
     if args.json {
         println!(
-            "{{\"target\":\"checkpoint\",\"keys\":{},\"changed\":{},\"value_bytes\":{},\"subtasks\":{SUBTASKS},\"sync_phase_p50_ms\":{:.4},\"sync_phase_p99_ms\":{:.4},\"full_checkpoint_bytes\":{},\"incremental_checkpoint_bytes\":{},\"incremental_ratio\":{ratio:.4},\"incremental_bytes_p50\":{},\"write_mb_per_s\":{:.0},\"storage_write_mb_per_s\":{:.0},\"restore_mb_per_s\":{:.0},\"restore_cold_cache\":{},\"checkpoint_duration_p50_ms\":{:.1},\"checkpoint_duration_p99_ms\":{:.1},\"disk_write_mb_per_s\":{disk_write:.0},\"disk_read_mb_per_s\":{disk_read:.0}}}",
+            "{{\"target\":\"checkpoint\",\"keys\":{},\"changed\":{},\"value_bytes\":{},\"subtasks\":{SUBTASKS},\"sync_phase_p50_ms\":{:.4},\"sync_phase_p99_ms\":{:.4},\"full_checkpoint_bytes\":{},\"incremental_checkpoint_bytes\":{},\"incremental_ratio\":{ratio:.4},\"incremental_bytes_p50\":{},\"write_mb_per_s\":{:.0},\"storage_write_mb_per_s\":{:.0},\"restore_mb_per_s\":{:.0},\"restore_cold_cache\":{},\"savepoint_bytes\":{},\"savepoint_write_mb_per_s\":{:.0},\"savepoint_restore_mb_per_s\":{:.0},\"checkpoint_duration_p50_ms\":{:.1},\"checkpoint_duration_p99_ms\":{:.1},\"disk_write_mb_per_s\":{disk_write:.0},\"disk_read_mb_per_s\":{disk_read:.0},\"disk_data\":\"{disk_source}\"}}",
             args.keys,
             args.changed,
             args.value_bytes,
@@ -79,12 +103,15 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             m.storage_write_mb_s,
             m.restore_mb_s,
             m.cold_cache,
+            m.savepoint_bytes,
+            m.savepoint_write_mb_s,
+            m.savepoint_restore_mb_s,
             m.duration_p50_ms,
             m.duration_p99_ms,
         );
     } else {
         println!(
-            "checkpoint bench, {} keys × {} B, {:.2} % changed: sync phase p50 {:.3} ms, p99 {:.3} ms; full {} B, incremental {} B ({:.2} %); full write {:.0} MB/s (storage alone {:.0} MB/s), restore {:.0} MB/s{}; incremental checkpoint p50 {:.1} ms, p99 {:.1} ms; disk (dd, O_DIRECT) write {disk_write:.0} MB/s, read {disk_read:.0} MB/s",
+            "checkpoint bench, {} keys × {} B, {:.2} % changed: sync phase p50 {:.3} ms, p99 {:.3} ms; full {} B, incremental {} B ({:.2} %); full write {:.0} MB/s (storage alone {:.0} MB/s), restore {:.0} MB/s{}; savepoint of the full checkpoint {} B, written at {:.0} MB/s, restored at {:.0} MB/s; incremental checkpoint p50 {:.1} ms, p99 {:.1} ms; disk (dd, O_DIRECT, {disk_source} data) write {disk_write:.0} MB/s, read {disk_read:.0} MB/s",
             args.keys,
             args.value_bytes,
             args.changed * 100.0,
@@ -97,6 +124,9 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
             m.storage_write_mb_s,
             m.restore_mb_s,
             if m.cold_cache { " (cold cache)" } else { " (warm cache)" },
+            m.savepoint_bytes,
+            m.savepoint_write_mb_s,
+            m.savepoint_restore_mb_s,
             m.duration_p50_ms,
             m.duration_p99_ms,
         );
@@ -114,11 +144,19 @@ struct Measured {
     storage_write_mb_s: f64,
     restore_mb_s: f64,
     cold_cache: bool,
+    savepoint_bytes: u64,
+    savepoint_write_mb_s: f64,
+    savepoint_restore_mb_s: f64,
     duration_p50_ms: f64,
     duration_p99_ms: f64,
 }
 
-fn measure(args: &BenchArgs, storage: &CheckpointStorage) -> Result<Measured, CliError> {
+fn measure(
+    args: &BenchArgs,
+    storage: &CheckpointStorage,
+    savepoints: &Path,
+    disk: &mut Option<Disk>,
+) -> Result<Measured, CliError> {
     let mp = DEFAULT_MAX_PARALLELISM;
     let mut subtasks: Vec<Subtask> = (0..SUBTASKS)
         .map(|index| {
@@ -148,13 +186,28 @@ fn measure(args: &BenchArgs, storage: &CheckpointStorage) -> Result<Measured, Cl
 
     // Checkpoint 1: everything, in full.
     let mut id = 1u64;
+    // The disk's bandwidth is measured right before and right after each measured phase: on a
+    // shared machine it changes from one minute to the next.
+    disk.as_mut().map(Disk::write);
     let started = Instant::now();
     let (full, storage_secs) = checkpoint(storage, &mut subtasks, id)?;
     let full_secs = started.elapsed().as_secs_f64();
+    disk.as_mut().map(Disk::write);
     let full_bytes: u64 = full.iter().map(|w| w.written_bytes).sum();
     for s in &subtasks {
         s.base.complete(id);
     }
+
+    // A savepoint of the same state.
+    let started = Instant::now();
+    let metadata = savepoint_snapshot(storage, &mut subtasks)?;
+    let savepoint = weir_storage::savepoint::write_savepoint(storage, &metadata, savepoints)
+        .map_err(|e| CliError {
+            message: format!("savepoint failed: {e}"),
+            code: 1,
+        })?;
+    let savepoint_write_secs = started.elapsed().as_secs_f64();
+    let savepoint_bytes = metadata.checkpoint.state_size() + savepoint.metadata_bytes;
 
     // Incremental checkpoints, each after `changed` of the keys got new values.
     let changed = ((args.keys as f64) * args.changed).round() as u64;
@@ -202,10 +255,18 @@ fn measure(args: &BenchArgs, storage: &CheckpointStorage) -> Result<Measured, Cl
     }
 
     // Restore the latest checkpoint: read, verify and decode every file it references.
+    disk.as_mut().map(Disk::read);
     let cold_cache = drop_page_cache();
     let started = Instant::now();
     let restored_bytes = restore(storage, &subtasks, &latest)?;
     let restore_secs = started.elapsed().as_secs_f64();
+    disk.as_mut().map(Disk::read);
+
+    // Restore the savepoint, as `--from-savepoint` does.
+    drop_page_cache();
+    let started = Instant::now();
+    restore_savepoint(&savepoint.path, &subtasks, args.keys)?;
+    let savepoint_restore_secs = started.elapsed().as_secs_f64();
 
     let mb = |bytes: u64, secs: f64| bytes as f64 / 1e6 / secs.max(1e-9);
     Ok(Measured {
@@ -218,6 +279,9 @@ fn measure(args: &BenchArgs, storage: &CheckpointStorage) -> Result<Measured, Cl
         storage_write_mb_s: mb(full_bytes, storage_secs),
         restore_mb_s: mb(restored_bytes, restore_secs),
         cold_cache,
+        savepoint_bytes,
+        savepoint_write_mb_s: mb(savepoint_bytes, savepoint_write_secs),
+        savepoint_restore_mb_s: mb(savepoint_bytes, savepoint_restore_secs),
         duration_p50_ms: percentile(&mut durations, 0.50),
         duration_p99_ms: percentile(&mut durations, 0.99),
     })
@@ -375,17 +439,218 @@ fn restore(
     Ok(total)
 }
 
-/// Sequential write and read bandwidth of the disk holding `dir`, in MB/s, by `dd` with
-/// O_DIRECT (1 GiB in 1 MiB blocks); `None` if dd is unavailable or fails.
-fn disk_bandwidth(dir: &std::path::Path) -> Option<(f64, f64)> {
-    std::fs::create_dir_all(dir).ok()?;
-    let file = dir.join("dd-bandwidth.tmp");
-    let of = format!("of={}", file.display());
-    let iff = format!("if={}", file.display());
-    let write = dd(&["if=/dev/zero", &of, "bs=1M", "count=1024", "oflag=direct"]);
-    let read = dd(&[&iff, "of=/dev/null", "bs=1M", "iflag=direct"]);
-    let _ = std::fs::remove_file(&file);
-    Some((write?, read?))
+/// The operator the bench's state belongs to in its savepoint.
+const OPERATOR_UID: &str = "values";
+
+/// The id of the bench's savepoint (its files' directory in the checkpoint storage).
+const SAVEPOINT_ID: u64 = 1_000;
+
+/// The snapshot a savepoint barrier takes: every subtask's state frozen, encoded in full and
+/// written as one state file, one thread per subtask. Returns the savepoint's metadata.
+fn savepoint_snapshot(
+    storage: &CheckpointStorage,
+    subtasks: &mut [Subtask],
+) -> Result<CheckpointMetadata, CliError> {
+    let operator = OperatorId::from_uid(OPERATOR_UID);
+    let mut jobs = Vec::new();
+    for s in subtasks.iter_mut() {
+        let mut frozen = Vec::new();
+        s.state.snapshot(&mut frozen);
+        jobs.push((s.index, s.range, frozen));
+    }
+    let written: Vec<Result<(u32, StateHandle), String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .map(|(index, range, frozen)| {
+                scope.spawn(move || -> Result<(u32, StateHandle), String> {
+                    let bytes = weir_state::encode_keyed_snapshot(&frozen, range)
+                        .map_err(|e| e.to_string())?;
+                    let path = CheckpointLayout::state_file(
+                        CheckpointId(SAVEPOINT_ID),
+                        "bench",
+                        index,
+                        "keyed",
+                    );
+                    let kind = HandleKind::Keyed { key_groups: range };
+                    let handle = storage
+                        .write_state_file(path, kind, &bytes)
+                        .map_err(|e| e.to_string())?;
+                    Ok((index, handle))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
+            .collect()
+    });
+    let mut subtask_states = BTreeMap::new();
+    for w in written {
+        let (index, handle) = w.map_err(|e| CliError {
+            message: format!("savepoint snapshot failed: {e}"),
+            code: 1,
+        })?;
+        subtask_states.insert(
+            SubtaskId::new(operator, index),
+            SubtaskState::from_handles(vec![handle]),
+        );
+    }
+    Ok(CheckpointMetadata {
+        job_name: storage.root().to_string(),
+        max_parallelism: DEFAULT_MAX_PARALLELISM,
+        operators: vec![OperatorMetadata {
+            uid: OPERATOR_UID.to_string(),
+            id: operator,
+            parallelism: SUBTASKS,
+        }],
+        checkpoint: CompletedCheckpoint {
+            job: JobId::from_name("bench"),
+            id: CheckpointId(SAVEPOINT_ID),
+            kind: CheckpointKind::Savepoint,
+            trigger_timestamp_ms: 0,
+            completion_timestamp_ms: 0,
+            subtask_states,
+        },
+    })
+}
+
+/// Restores every subtask's keyed state from the savepoint at `path`, one thread per subtask,
+/// through the runtime's restore path; checks that every key came back.
+fn restore_savepoint(path: &Path, subtasks: &[Subtask], keys: u64) -> Result<(), CliError> {
+    let failed = |e: String| CliError {
+        message: format!("savepoint restore failed: {e}"),
+        code: 1,
+    };
+    let (storage, metadata) =
+        weir_storage::savepoint::open_savepoint(path).map_err(|e| failed(e.to_string()))?;
+    let operator = OperatorId::from_uid(OPERATOR_UID);
+    let restored: Vec<Result<usize, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = subtasks
+            .iter()
+            .map(|s| {
+                let (storage, metadata) = (&storage, &metadata);
+                scope.spawn(move || -> Result<usize, String> {
+                    let reader = weir_runtime::restore::read_keyed_state(
+                        storage, metadata, operator, s.range,
+                    )
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no keyed state in the savepoint")?;
+                    let mut state = ValueState::<u64, String>::new("values");
+                    state.init(DEFAULT_MAX_PARALLELISM, s.range);
+                    state.restore(&reader).map_err(|e| e.to_string())?;
+                    Ok(state.len())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a reader panicked".into())))
+            .collect()
+    });
+    let mut total = 0u64;
+    for r in restored {
+        total += r.map_err(failed)? as u64;
+    }
+    if total != keys {
+        return Err(failed(format!("{total} keys restored, expected {keys}")));
+    }
+    Ok(())
+}
+
+/// Sequential write and read bandwidth of the disk holding the checkpoints, in MB/s, by `dd`
+/// with O_DIRECT (1 GiB in 1 MiB blocks), sampled when asked; a failed `dd` adds no sample.
+///
+/// The data written is random, copied from a file in memory (`/dev/shm`): virtual disks often
+/// store blocks of zeros without writing them, so `dd if=/dev/zero` can report several times
+/// the bandwidth real data gets. Without `/dev/shm` it falls back to zeros and says so.
+struct Disk {
+    file: PathBuf,
+    /// The 1 GiB of random data `dd` writes, or `None` to write zeros.
+    source: Option<PathBuf>,
+    writes: Vec<f64>,
+    reads: Vec<f64>,
+}
+
+const DD_BYTES: usize = 1 << 30;
+
+impl Disk {
+    fn new(dir: &Path) -> Option<Disk> {
+        std::fs::create_dir_all(dir).ok()?;
+        let source = PathBuf::from(format!("/dev/shm/weir-bench-dd-{}", std::process::id()));
+        let source = write_random(&source).ok().map(|_| source);
+        Some(Disk {
+            file: dir.join("dd-bandwidth.tmp"),
+            source,
+            writes: Vec::new(),
+            reads: Vec::new(),
+        })
+    }
+
+    /// What `dd` wrote: `random` or `zeros`.
+    fn source_kind(&self) -> &'static str {
+        if self.source.is_some() {
+            "random"
+        } else {
+            "zeros"
+        }
+    }
+
+    fn write(&mut self) {
+        let iff = match &self.source {
+            Some(path) => format!("if={}", path.display()),
+            None => "if=/dev/zero".to_string(),
+        };
+        let of = format!("of={}", self.file.display());
+        let args = [&iff, &of, "bs=1M", "count=1024", "oflag=direct"];
+        self.writes.extend(dd(&args));
+    }
+
+    fn read(&mut self) {
+        if !self.file.exists() {
+            self.write();
+        }
+        let iff = format!("if={}", self.file.display());
+        self.reads
+            .extend(dd(&[&iff, "of=/dev/null", "bs=1M", "iflag=direct"]));
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+        if let Some(source) = &self.source {
+            let _ = std::fs::remove_file(source);
+        }
+    }
+}
+
+/// Fills `path` with `DD_BYTES` pseudo-random bytes (xorshift: fast, and incompressible
+/// enough that no disk shortcut applies).
+fn write_random(path: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut block = vec![0u8; 1 << 20];
+    for _ in 0..DD_BYTES / block.len() {
+        for word in block.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            word.copy_from_slice(&x.to_le_bytes());
+        }
+        if let Err(e) = file.write_all(&block) {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    }
+    file.flush()
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
 }
 
 fn dd(args: &[&str]) -> Option<f64> {

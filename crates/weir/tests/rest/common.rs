@@ -402,7 +402,7 @@ pub fn verify_savepoint(path: &Path) {
         "savepoint {} is not a directory",
         path.display()
     );
-    weir_storage::savepoint::open_savepoint(path)
+    weir_storage::savepoint::verify_savepoint(path)
         .unwrap_or_else(|e| panic!("savepoint {} does not verify: {e}", path.display()));
 }
 

@@ -32,7 +32,17 @@ fn all_events() -> Vec<Event> {
 }
 
 /// Runs `query` over the events and returns what its exactly-once sink committed.
-fn run<O, Q>(name: &str, query: Q, failures: Option<(&[&str], f64)>) -> Vec<O>
+fn run<O, Q>(name: &str, query: Q) -> Vec<O>
+where
+    O: Clone + Send + 'static,
+    Q: FnOnce(DataStream<Event>) -> DataStream<O>,
+{
+    run_failing(name, query, None).0
+}
+
+/// Like [`run`], with failures injected into the operators `uids` at random batches; also
+/// returns how many times the job restarted.
+fn run_failing<O, Q>(name: &str, query: Q, failures: Option<(&[&str], f64)>) -> (Vec<O>, u32)
 where
     O: Clone + Send + 'static,
     Q: FnOnce(DataStream<Event>) -> DataStream<O>,
@@ -70,10 +80,7 @@ where
         &mut |_| {},
     )
     .unwrap();
-    if failures.is_some() {
-        assert!(summary.restarts > 0, "no failure was injected");
-    }
-    sink.records()
+    (sink.records(), summary.restarts)
 }
 
 fn bids(events: &[Event]) -> impl Iterator<Item = &Bid> {
@@ -116,7 +123,7 @@ fn window_start(t: i64, size: i64) -> i64 {
 #[test]
 fn q0_passes_every_bid_through() {
     let events = all_events();
-    let got = sorted(run("q0", queries::q0, None).iter().map(bid_key).collect());
+    let got = sorted(run("q0", queries::q0).iter().map(bid_key).collect());
     let expected = sorted(bids(&events).map(bid_key).collect());
     assert_eq!(got.len(), expected.len());
     assert_eq!(got, expected);
@@ -125,7 +132,7 @@ fn q0_passes_every_bid_through() {
 #[test]
 fn q1_converts_every_price_to_euros() {
     let events = all_events();
-    let got = sorted(run("q1", queries::q1, None).iter().map(bid_key).collect());
+    let got = sorted(run("q1", queries::q1).iter().map(bid_key).collect());
     let expected = sorted(
         bids(&events)
             .map(|b| {
@@ -141,7 +148,7 @@ fn q1_converts_every_price_to_euros() {
 #[test]
 fn q2_selects_the_bids_on_every_123rd_auction() {
     let events = all_events();
-    let got = sorted(run("q2", queries::q2, None));
+    let got = sorted(run("q2", queries::q2));
     let expected = sorted(
         bids(&events)
             .filter(|b| b.auction % 123 == 0)
@@ -177,7 +184,7 @@ fn q3_joins_local_sellers_with_their_auctions_in_category_10() {
     let events = all_events();
     let expected = q3_expected(&events);
     assert!(expected.len() > 100, "{}", expected.len());
-    assert_eq!(sorted(run("q3", queries::q3, None)), expected);
+    assert_eq!(sorted(run("q3", queries::q3)), expected);
 }
 
 /// The final average per category: `(total, count)` of the auctions' closing prices.
@@ -217,7 +224,7 @@ fn q4_averages_the_closing_prices_of_each_category() {
     let events = all_events();
     let expected = q4_expected(&events);
     assert_eq!(expected.len(), 5);
-    assert_eq!(q4_final(run("q4", queries::q4, None)), expected);
+    assert_eq!(q4_final(run("q4", queries::q4)), expected);
 }
 
 fn q5_expected(events: &[Event]) -> Vec<HotItem> {
@@ -253,7 +260,7 @@ fn q5_finds_the_auctions_with_the_most_bids_in_each_sliding_window() {
     let expected = q5_expected(&events);
     let windows: BTreeSet<i64> = expected.iter().map(|h| h.window.start).collect();
     assert!(windows.len() > 10, "{}", windows.len());
-    assert_eq!(sorted(run("q5", queries::q5, None)), expected);
+    assert_eq!(sorted(run("q5", queries::q5)), expected);
 }
 
 fn q7_key(h: &HighestBid) -> (i64, BidKey) {
@@ -279,7 +286,7 @@ fn q7_finds_the_highest_bids_of_each_tumbling_window() {
     let events = all_events();
     let expected = q7_expected(&events);
     assert!(expected.len() >= 3);
-    let got = sorted(run("q7", queries::q7, None).iter().map(q7_key).collect());
+    let got = sorted(run("q7", queries::q7).iter().map(q7_key).collect());
     assert_eq!(got, expected);
 }
 
@@ -304,24 +311,30 @@ fn q8_finds_the_people_who_opened_an_auction_in_the_window_they_registered_in() 
     let events = all_events();
     let expected = q8_expected(&events);
     assert!(expected.len() > 100, "{}", expected.len());
-    assert_eq!(sorted(run("q8", queries::q8, None)), expected);
+    assert_eq!(sorted(run("q8", queries::q8)), expected);
 }
 
 #[test]
 fn windows_and_timers_fire_exactly_once_through_failures_and_recovery() {
     let events = all_events();
-    let q5 = run(
+    let (q5, q5_restarts) = run_failing(
         "q5-failing",
         queries::q5,
         Some((&["nexmark", "q5-bids-per-auction", "q5-hottest"], 0.01)),
     );
     assert_eq!(sorted(q5), q5_expected(&events));
-    let q4 = run(
+    let (q4, q4_restarts) = run_failing(
         "q4-failing",
         queries::q4,
         Some((&["q4-closing-prices", "q4-averages"], 0.01)),
     );
     assert_eq!(q4_final(q4), q4_expected(&events));
-    let q8 = run("q8-failing", queries::q8, Some((&["q8-join"], 0.1)));
+    let (q8, q8_restarts) = run_failing("q8-failing", queries::q8, Some((&["q8-join"], 0.1)));
     assert_eq!(sorted(q8), q8_expected(&events));
+    // Failures strike at random batches, so a run may draw none (q8's join sees only a few
+    // dozen batches: about one run in twelve); all three together practically never do.
+    assert!(
+        q5_restarts + q4_restarts + q8_restarts > 0,
+        "no failure was injected"
+    );
 }

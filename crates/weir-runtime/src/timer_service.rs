@@ -155,6 +155,12 @@ impl<K: Key> TimerService<K> {
         self.processing.table.snapshot(out);
     }
 
+    /// A checkpoint completed: see [`KeyedStateSet::forget_removals`].
+    pub fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+        self.event.table.forget_removals(confirmed_epoch);
+        self.processing.table.forget_removals(confirmed_epoch);
+    }
+
     /// The current event time (the operator's watermark).
     pub fn watermark(&self) -> i64 {
         self.watermark

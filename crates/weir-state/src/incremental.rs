@@ -292,6 +292,12 @@ impl IncrementalBase {
         self.lock().pending.remove(&checkpoint);
     }
 
+    /// The snapshot epoch of `table` in the base: from now on every delta of that table is
+    /// taken since this epoch or a later one. `None` if the base holds no such table.
+    pub fn confirmed_epoch(&self, table: &str) -> Option<u64> {
+        self.lock().confirmed.get(table).map(|t| t.epoch)
+    }
+
     /// The checkpoint whose chains are the base, if any.
     pub fn confirmed_checkpoint(&self) -> Option<u64> {
         self.lock().confirmed_checkpoint

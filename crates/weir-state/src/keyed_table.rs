@@ -62,18 +62,27 @@ impl<K, E> Default for Group<K, E> {
 }
 
 impl<K: Key, E> Group<K, E> {
-    /// Remembers that `key` was removed in `epoch`, first forgetting removals too old to matter.
+    /// Whether a removal in `removed_in` may still be needed by a delta taken in `epoch`: no
+    /// more than `TOMBSTONE_EPOCHS` old, and after `needed_after` (see
+    /// [`KeyGroupedMap::forget_removals_through`]).
+    fn keeps(removed_in: u64, epoch: u64, needed_after: u64) -> bool {
+        removed_in + TOMBSTONE_EPOCHS >= epoch && removed_in > needed_after
+    }
+
+    /// Remembers that `key` was removed in `epoch`, first forgetting removals no delta can
+    /// need any more.
     ///
-    /// Removals in epoch 0 are not kept: a delta is only ever taken since a snapshot, and epoch 0
-    /// ends with the table's first snapshot (or restore), so no delta can need them. A job that
-    /// never snapshots (checkpointing off) thus keeps no removals at all, however many keys it
-    /// drops.
-    fn tombstone(&mut self, key: K, epoch: u64) {
-        if epoch == 0 {
+    /// Removals in epoch 0 are not kept (`needed_after` starts at 0): a delta is only ever taken
+    /// since a snapshot, and epoch 0 ends with the table's first snapshot (or restore), so no
+    /// delta can need them. A job that never snapshots (checkpointing off) thus keeps no
+    /// removals at all, however many keys it drops.
+    fn tombstone(&mut self, key: K, epoch: u64, needed_after: u64) {
+        if epoch <= needed_after {
             return;
         }
-        if !self.removed.is_empty() && self.oldest_removed + TOMBSTONE_EPOCHS < epoch {
-            self.removed.retain(|_, e| *e + TOMBSTONE_EPOCHS >= epoch);
+        if !self.removed.is_empty() && !Self::keeps(self.oldest_removed, epoch, needed_after) {
+            self.removed
+                .retain(|_, e| Self::keeps(*e, epoch, needed_after));
             self.oldest_removed = self.removed.values().copied().min().unwrap_or(epoch);
         }
         if self.removed.is_empty() {
@@ -81,6 +90,32 @@ impl<K: Key, E> Group<K, E> {
         }
         self.removed.insert(key, epoch);
     }
+}
+
+/// The group in `slot`, copied first if a snapshot shares it. The copy leaves out the removals
+/// no delta taken in `epoch` or later can need, so they are not copied checkpoint after
+/// checkpoint.
+#[inline]
+fn unshare<K: Key, E: Clone>(
+    slot: &mut Arc<Group<K, E>>,
+    epoch: u64,
+    needed_after: u64,
+) -> &mut Group<K, E> {
+    if Arc::get_mut(slot).is_none() {
+        let removed: HashMap<K, u64> = slot
+            .removed
+            .iter()
+            .filter(|(_, e)| Group::<K, E>::keeps(**e, epoch, needed_after))
+            .map(|(k, e)| (k.clone(), *e))
+            .collect();
+        let oldest_removed = removed.values().copied().min().unwrap_or(epoch);
+        *slot = Arc::new(Group {
+            entries: slot.entries.clone(),
+            removed,
+            oldest_removed,
+        });
+    }
+    Arc::get_mut(slot).expect("a group just copied is not shared")
 }
 
 /// The per-key-group maps of one keyed state table, with copy-on-write snapshots.
@@ -97,6 +132,10 @@ pub(crate) struct KeyGroupedMap<K, E, C> {
     last_modified: Vec<u64>,
     /// The number of snapshots taken so far (plus one after a restore).
     epoch: u64,
+    /// Removals in this epoch or before are needed by no future delta.
+    // Invariant: every delta taken from now on is taken since a snapshot of an epoch at least
+    // this one (the last completed checkpoint's, or a later one).
+    removals_needed_after: u64,
     codec: PhantomData<fn() -> C>,
 }
 
@@ -109,6 +148,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             groups: Vec::new(),
             last_modified: Vec::new(),
             epoch: 0,
+            removals_needed_after: 0,
             codec: PhantomData,
         }
     }
@@ -160,7 +200,14 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     fn group_for_write(&mut self, key_group: u32) -> &mut Group<K, E> {
         let i = self.index(key_group);
         self.last_modified[i] = self.epoch;
-        Arc::make_mut(&mut self.groups[i])
+        unshare(&mut self.groups[i], self.epoch, self.removals_needed_after)
+    }
+
+    /// The checkpoint whose snapshot of this table was taken in `epoch` completed: every delta
+    /// from now on is taken since that snapshot or a later one, so removals up to `epoch` are
+    /// forgotten (at the next write to their key group, or its next copy).
+    pub(crate) fn forget_removals_through(&mut self, epoch: u64) {
+        self.removals_needed_after = self.removals_needed_after.max(epoch);
     }
 
     /// Mutable access to an existing entry; a missing key neither copies nor dirties the group.
@@ -172,7 +219,9 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             return None;
         }
         let epoch = self.epoch;
-        let entry = Arc::make_mut(slot).entries.get_mut(key.key)?;
+        let entry = unshare(slot, epoch, self.removals_needed_after)
+            .entries
+            .get_mut(key.key)?;
         self.last_modified[i] = epoch;
         entry.1 = epoch;
         Some(&mut entry.0)
@@ -224,7 +273,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         key: &CurrentKey<'_, K>,
         f: impl FnOnce(Option<E>) -> Option<E>,
     ) {
-        let epoch = self.epoch;
+        let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
         let group = self.group_for_write(key.key_group);
         match group.entries.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(o) => {
@@ -235,7 +284,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                     new.map(|e| (e, epoch))
                 });
                 if removed {
-                    group.tombstone(key.key.clone(), epoch);
+                    group.tombstone(key.key.clone(), epoch, needed_after);
                 }
             }
             RawEntryMut::Vacant(v) => {
@@ -249,10 +298,10 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// Removes `key`; a missing key neither copies nor dirties the group.
     pub(crate) fn remove(&mut self, key: &CurrentKey<'_, K>) -> Option<E> {
         self.get(key)?;
-        let epoch = self.epoch;
+        let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
         let group = self.group_for_write(key.key_group);
         let (k, (entry, _)) = group.entries.remove_entry(key.key)?;
-        group.tombstone(k, epoch);
+        group.tombstone(k, epoch, needed_after);
         Some(entry)
     }
 
@@ -267,7 +316,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         if !self.get(key).is_some_and(applies) {
             return None;
         }
-        let epoch = self.epoch;
+        let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
         let group = self.group_for_write(key.key_group);
         match group.entries.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(mut o) => {
@@ -276,7 +325,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 let result = f(&mut entry.0);
                 if C::is_empty(&o.get().0) {
                     let (k, _) = o.remove_entry();
-                    group.tombstone(k, epoch);
+                    group.tombstone(k, epoch, needed_after);
                 }
                 Some(result)
             }

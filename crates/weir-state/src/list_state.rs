@@ -111,6 +111,12 @@ impl<K: Key, V: Value> KeyedStateSet<K> for ListState<K, V> {
     fn names(&self, out: &mut Vec<String>) {
         out.push(self.name().to_string());
     }
+
+    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+        if let Some(epoch) = confirmed_epoch(self.name()) {
+            self.table.forget_removals_through(epoch);
+        }
+    }
 }
 
 impl<K: Key, V: Value> fmt::Debug for ListState<K, V> {

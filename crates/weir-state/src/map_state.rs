@@ -164,6 +164,12 @@ where
     fn names(&self, out: &mut Vec<String>) {
         out.push(self.name().to_string());
     }
+
+    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+        if let Some(epoch) = confirmed_epoch(self.name()) {
+            self.table.forget_removals_through(epoch);
+        }
+    }
 }
 
 impl<K, UK, UV> fmt::Debug for MapState<K, UK, UV>

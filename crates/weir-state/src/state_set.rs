@@ -59,6 +59,12 @@ pub trait KeyedStateSet<K: Key>: Send + 'static {
     /// Appends the names of every table, for duplicate-name detection.
     fn names(&self, out: &mut Vec<String>);
 
+    /// A checkpoint completed: `confirmed_epoch(table)` is the epoch of the snapshot of `table`
+    /// that incremental checkpoints now build on (see
+    /// [`IncrementalBase::confirmed_epoch`](crate::IncrementalBase::confirmed_epoch)). No delta
+    /// is taken since an older one any more, so the tables forget the keys removed up to it.
+    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>);
+
     /// Errors if two tables share a name: their snapshots would be indistinguishable.
     fn check_names(&self) -> Result<(), StateError> {
         let mut names = Vec::new();
@@ -78,6 +84,7 @@ impl<K: Key> KeyedStateSet<K> for () {
         Ok(())
     }
     fn names(&self, _out: &mut Vec<String>) {}
+    fn forget_removals(&mut self, _confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {}
 }
 
 macro_rules! tuple_state_set {
@@ -95,6 +102,9 @@ macro_rules! tuple_state_set {
             }
             fn names(&self, out: &mut Vec<String>) {
                 $(self.$index.names(out);)+
+            }
+            fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+                $(self.$index.forget_removals(confirmed_epoch);)+
             }
         }
     };

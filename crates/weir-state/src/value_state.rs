@@ -131,6 +131,12 @@ impl<K: Key, V: Value> KeyedStateSet<K> for ValueState<K, V> {
     fn names(&self, out: &mut Vec<String>) {
         out.push(self.name().to_string());
     }
+
+    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+        if let Some(epoch) = confirmed_epoch(self.name()) {
+            self.table.forget_removals_through(epoch);
+        }
+    }
 }
 
 impl<K, V> fmt::Debug for ValueState<K, V>
@@ -268,6 +274,31 @@ mod tests {
         s.set(&CurrentKey::new(&7, MP), 7);
         s.clear(&CurrentKey::new(&7, MP));
         assert!(s.table.tombstones_len() < 1_000, "old removals are pruned");
+    }
+
+    #[test]
+    fn removals_up_to_the_confirmed_snapshot_are_left_out_of_the_next_copy() {
+        let mut s: ValueState<u64, u64> = ValueState::new("windows");
+        s.init(MP, KeyGroupRange::new(0, MP));
+        for k in 0..1_000u64 {
+            s.set(&CurrentKey::new(&k, MP), k);
+        }
+        s.table.freeze(); // epoch 0
+        for k in 0..1_000u64 {
+            s.clear(&CurrentKey::new(&k, MP)); // removed in epoch 1
+        }
+        let _pending = s.table.freeze(); // epoch 1: a delta since epoch 0 needs those removals
+        assert_eq!(s.table.tombstones_len(), 1_000);
+
+        // The snapshot of epoch 1 completed: no delta is taken since an older one any more.
+        s.table.forget_removals_through(1);
+        for k in 0..1_000u64 {
+            s.set(&CurrentKey::new(&k, MP), k); // the first write to each group copies it
+        }
+        assert_eq!(s.table.tombstones_len(), 0);
+        // Removals after the confirmed snapshot are kept.
+        s.clear(&CurrentKey::new(&3, MP));
+        assert_eq!(s.table.tombstones_len(), 1);
     }
 
     #[test]

@@ -108,7 +108,7 @@ fn crc32c_of(bytes: &[u8]) -> u32 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
     fn every_completed_incremental_checkpoint_restores_its_snapshot_and_keeps_its_files(
@@ -170,7 +170,11 @@ proptest! {
                         store.retained.remove(0);
                     }
                     store.collect_garbage(&pending);
-                    if notify { base.complete(id); }
+                    if notify {
+                        base.complete(id);
+                        // As the runtime does: the tables forget removals older than the base.
+                        live.forget_removals(&|table| base.confirmed_epoch(table));
+                    }
                 }
                 Step::Abort { notify } => {
                     if pending.is_empty() { continue; }

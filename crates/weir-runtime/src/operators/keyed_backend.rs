@@ -55,8 +55,18 @@ impl<K: Key> KeyedBackend<K> {
         }
     }
 
-    pub fn complete(&mut self, checkpoint: CheckpointId) {
+    /// Checkpoint `checkpoint` completed: it may be the new incremental base, and the tables
+    /// of `state` and the timers forget removals no later delta needs.
+    pub fn complete<SK: Key, S: KeyedStateSet<SK>>(
+        &mut self,
+        checkpoint: CheckpointId,
+        state: &mut S,
+    ) {
         self.base.complete(checkpoint.0);
+        let base = &self.base;
+        let confirmed_epoch = |table: &str| base.confirmed_epoch(table);
+        state.forget_removals(&confirmed_epoch);
+        self.timers.forget_removals(&confirmed_epoch);
     }
 
     pub fn abort(&mut self, checkpoint: CheckpointId) {

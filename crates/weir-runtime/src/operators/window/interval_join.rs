@@ -220,8 +220,8 @@ where
     }
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        if let Some(backend) = self.backend.as_mut() {
-            backend.complete(checkpoint);
+        if let (Some(backend), Some(state)) = (self.backend.as_mut(), self.state.as_mut()) {
+            backend.complete(checkpoint, state);
         }
         Ok(())
     }

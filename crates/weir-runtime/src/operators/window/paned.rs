@@ -271,8 +271,8 @@ where
     }
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        if let Some(backend) = self.backend.as_mut() {
-            backend.complete(checkpoint);
+        if let (Some(backend), Some(panes)) = (self.backend.as_mut(), self.panes.as_mut()) {
+            backend.complete(checkpoint, panes);
         }
         Ok(())
     }

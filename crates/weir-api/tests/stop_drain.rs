@@ -118,6 +118,15 @@ fn run_and_stop(dir: &Path, drain: Drain, sink: &CollectSink<WindowResult<u64, u
     let remote = handle.clone();
     let target = dir.join("savepoints");
     let stopper = std::thread::spawn(move || {
+        // A broken stop fails the test instead of hanging it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let waiting = |what: &str| {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
         // The source is the only subtask of vertex 0.
         while remote
             .subtask_counts()
@@ -125,7 +134,7 @@ fn run_and_stop(dir: &Path, drain: Drain, sink: &CollectSink<WindowResult<u64, u
             .find(|c| c.vertex == 0)
             .is_none_or(|c| c.records_out < CLICKS as u64)
         {
-            std::thread::sleep(Duration::from_millis(10));
+            waiting("the source to emit every click");
         }
         let request = remote
             .stop_with_savepoint(Some(target), drain)
@@ -137,7 +146,7 @@ fn run_and_stop(dir: &Path, drain: Drain, sink: &CollectSink<WindowResult<u64, u
                     ..
                 }) => return path,
                 Some(RequestStatus::Failed(reason)) => panic!("savepoint failed: {reason}"),
-                _ => std::thread::sleep(Duration::from_millis(10)),
+                _ => waiting("the savepoint"),
             }
         }
     });

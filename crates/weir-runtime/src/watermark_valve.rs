@@ -3,7 +3,10 @@
 //!
 //! A subtask's watermark is the minimum over its input channels, with three refinements:
 //!
-//! - a channel that ended no longer counts;
+//! - a channel that ended no longer counts — if its event time ended first (`i64::MAX`, which
+//!   every exhausted source sends) or it was idle; one that ends in the middle of event time (a
+//!   source stopped by a stop without drain) keeps holding event time back where it stopped,
+//!   so the windows it holds open stay in the stop's snapshot instead of firing after it;
 //! - an *idle* channel no longer counts, so a source with nothing to read does not stall the
 //!   job's event time; when every live channel is idle the subtask becomes idle itself (after
 //!   advancing to the largest watermark any channel reached) and says so downstream;
@@ -108,6 +111,10 @@ impl WatermarkValve {
     pub fn on_end(&mut self, i: usize) -> ValveOutput {
         let channel = &mut self.channels[i];
         if channel.ended {
+            return ValveOutput::default();
+        }
+        if !channel.idle && channel.watermark < i64::MAX {
+            // Invariant: event time only ends when every input's event time ended.
             return ValveOutput::default();
         }
         channel.ended = true;
@@ -252,10 +259,24 @@ mod tests {
     }
 
     #[test]
-    fn an_ended_input_no_longer_counts() {
+    fn an_input_that_ended_its_event_time_or_was_idle_no_longer_counts_once_it_ends() {
+        let mut v = WatermarkValve::new(3);
+        v.on_watermark(0, 10);
+        v.on_watermark(1, i64::MAX);
+        v.on_status(2, WatermarkStatus::Idle);
+        assert_eq!(v.on_end(1), ValveOutput::default());
+        assert_eq!(v.on_end(2), ValveOutput::default());
+        assert_eq!(v.on_watermark(0, 20), wm(20));
+    }
+
+    #[test]
+    fn an_input_stopped_in_the_middle_of_event_time_holds_it_back() {
         let mut v = WatermarkValve::new(2);
         v.on_watermark(0, 10);
-        assert_eq!(v.on_end(1), wm(10));
+        v.on_watermark(1, i64::MAX);
+        assert_eq!(v.watermark(), 10);
+        // Channel 0's source was stopped: its windows must not fire after the stop.
         assert_eq!(v.on_end(0), ValveOutput::default());
+        assert_eq!(v.watermark(), 10);
     }
 }

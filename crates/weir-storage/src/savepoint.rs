@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::layout::{METADATA_FILE, METADATA_TEMP_FILE};
 use crate::metadata::CheckpointMetadata;
 use crate::{CheckpointStorage, StorageError};
+use weir_core::StateHandle;
 
 /// A savepoint just written.
 #[derive(Debug)]
@@ -89,13 +90,7 @@ pub fn write_savepoint(
 pub fn open_savepoint(
     path: &Path,
 ) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
-    let (storage, metadata) = open_unchecked(path)?;
-    for state in metadata.checkpoint.subtask_states.values() {
-        for handle in &state.handles {
-            storage.check_state_file_size(handle)?;
-        }
-    }
-    Ok((storage, metadata))
+    open_checked(path, CheckpointStorage::check_state_file_size)
 }
 
 /// Opens a savepoint like [`open_savepoint`] and reads every file it references, verifying
@@ -103,10 +98,20 @@ pub fn open_savepoint(
 pub fn verify_savepoint(
     path: &Path,
 ) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
+    open_checked(path, |storage, handle| {
+        storage.read_state_file(handle).map(drop)
+    })
+}
+
+/// Opens a savepoint and runs `check` on every file it references.
+fn open_checked(
+    path: &Path,
+    check: impl Fn(&CheckpointStorage, &StateHandle) -> Result<(), StorageError>,
+) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
     let (storage, metadata) = open_unchecked(path)?;
     for state in metadata.checkpoint.subtask_states.values() {
         for handle in &state.handles {
-            storage.read_state_file(handle)?;
+            check(&storage, handle)?;
         }
     }
     Ok((storage, metadata))

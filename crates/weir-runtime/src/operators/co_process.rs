@@ -284,15 +284,12 @@ where
     }
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        self.base.complete(checkpoint.0);
-        let base = &self.base;
-        let confirmed_epoch = |table: &str| base.confirmed_epoch(table);
-        if let Some(state) = self.state.as_mut() {
-            state.forget_removals(&confirmed_epoch);
-        }
-        if let Some(timers) = self.timers.as_mut() {
-            timers.forget_removals(&confirmed_epoch);
-        }
+        crate::operators::keyed::complete(
+            &self.base,
+            checkpoint,
+            self.state.as_mut(),
+            self.timers.as_mut(),
+        );
         Ok(())
     }
 

@@ -154,6 +154,24 @@ impl<K: Key, I, O, F: KeyedProcessFunction<K, I, O>, KF> KeyedProcessOperator<K,
     }
 }
 
+/// Checkpoint `checkpoint` completed: it may become the incremental base, and the tables of
+/// `state` and the timers forget the removals no later delta needs.
+pub(crate) fn complete<K: Key, SK: Key, S: KeyedStateSet<SK>>(
+    base: &IncrementalBase,
+    checkpoint: CheckpointId,
+    state: Option<&mut S>,
+    timers: Option<&mut TimerService<K>>,
+) {
+    base.complete(checkpoint.0);
+    let confirmed_epoch = |table: &str| base.confirmed_epoch(table);
+    if let Some(state) = state {
+        state.forget_removals(&confirmed_epoch);
+    }
+    if let Some(timers) = timers {
+        timers.forget_removals(&confirmed_epoch);
+    }
+}
+
 /// Creates the timer service of a keyed operator subtask and loads its restored timers.
 pub(crate) fn open_timers<K: Key>(
     clock: Option<Arc<dyn Clock>>,
@@ -285,15 +303,12 @@ where
     }
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        self.base.complete(checkpoint.0);
-        let base = &self.base;
-        let confirmed_epoch = |table: &str| base.confirmed_epoch(table);
-        if let Some(state) = self.state.as_mut() {
-            state.forget_removals(&confirmed_epoch);
-        }
-        if let Some(timers) = self.timers.as_mut() {
-            timers.forget_removals(&confirmed_epoch);
-        }
+        complete(
+            &self.base,
+            checkpoint,
+            self.state.as_mut(),
+            self.timers.as_mut(),
+        );
         Ok(())
     }
 

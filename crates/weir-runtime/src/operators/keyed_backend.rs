@@ -8,7 +8,7 @@ use weir_state::{IncrementalBase, Key, KeyedStateSet};
 
 use crate::error::TaskError;
 use crate::operator::{OperatorContext, OperatorSnapshot, RestoredState};
-use crate::operators::keyed::{open_state, open_timers, restored_base};
+use crate::operators::keyed::{complete, open_state, open_timers, restored_base};
 use crate::timer_service::{check_reserved_names, TimerService};
 
 /// The timers and incremental-checkpoint base of one keyed operator subtask, next to the
@@ -62,11 +62,7 @@ impl<K: Key> KeyedBackend<K> {
         checkpoint: CheckpointId,
         state: &mut S,
     ) {
-        self.base.complete(checkpoint.0);
-        let base = &self.base;
-        let confirmed_epoch = |table: &str| base.confirmed_epoch(table);
-        state.forget_removals(&confirmed_epoch);
-        self.timers.forget_removals(&confirmed_epoch);
+        complete(&self.base, checkpoint, Some(state), Some(&mut self.timers));
     }
 
     pub fn abort(&mut self, checkpoint: CheckpointId) {

@@ -1,6 +1,8 @@
 //! Savepoints end to end: stop with a savepoint, restore it at other parallelisms, move it,
 //! and refuse (or skip, when allowed) state whose operator is gone.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,8 +12,7 @@ use weir_core::config::CheckpointConfig;
 use weir_core::{KeyGroupRange, OperatorId};
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{
-    execute, execute_job, Drain, ExecutionConfig, JobError, JobHandle, RequestStatus, StartMode,
-    StopHandle,
+    execute, execute_job, Drain, ExecutionConfig, JobError, JobHandle, StartMode, StopHandle,
 };
 use weir_state::{KeyedStateSet, ValueState};
 use weir_storage::CheckpointStorage;
@@ -88,19 +89,7 @@ fn take_savepoint(dir: &Path, after: Duration) -> PathBuf {
     let target = dir.join("savepoints");
     let waiter = std::thread::spawn(move || {
         std::thread::sleep(after);
-        let request = remote
-            .stop_with_savepoint(Some(target), Drain::Keep)
-            .expect("job running");
-        loop {
-            match remote.request(request) {
-                Some(RequestStatus::Completed {
-                    location: Some(path),
-                    ..
-                }) => return path,
-                Some(RequestStatus::Failed(reason)) => panic!("savepoint failed: {reason}"),
-                _ => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
+        common::stop_with_savepoint(&remote, target, Drain::Keep)
     });
     execute_job(&graph, &config, &handle, &mut |_| {}).expect("job stops with its savepoint");
     waiter.join().unwrap()
@@ -232,18 +221,7 @@ fn state_of_a_missing_uid_is_refused_with_the_uids_listed_unless_skipping_is_all
     let target = dir.path().join("savepoints");
     let waiter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(400));
-        let request = remote
-            .stop_with_savepoint(Some(target), Drain::Keep)
-            .unwrap();
-        loop {
-            if let Some(RequestStatus::Completed {
-                location: Some(p), ..
-            }) = remote.request(request)
-            {
-                return p;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::stop_with_savepoint(&remote, target, Drain::Keep)
     });
     execute_job(&graph, &config, &handle, &mut |_| {}).unwrap();
     let savepoint = waiter.join().unwrap();

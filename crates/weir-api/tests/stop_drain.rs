@@ -5,6 +5,8 @@
 //! drain, event time ends before the savepoint: every window fires in the stopped run, and a
 //! restore from the savepoint has nothing left to emit.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,8 +15,8 @@ use weir_core::config::CheckpointConfig;
 use weir_runtime::operators::window::Count;
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{
-    execute, execute_job, Drain, ExecutionConfig, JobHandle, OperatorContext, RequestStatus,
-    SourceFunction, SourceStatus, StartMode, StopHandle, TaskError,
+    execute, execute_job, Drain, ExecutionConfig, JobHandle, OperatorContext, SourceFunction,
+    SourceStatus, StartMode, StopHandle, TaskError,
 };
 
 /// A click: (user, event time in ms).
@@ -118,15 +120,7 @@ fn run_and_stop(dir: &Path, drain: Drain, sink: &CollectSink<WindowResult<u64, u
     let remote = handle.clone();
     let target = dir.join("savepoints");
     let stopper = std::thread::spawn(move || {
-        // A broken stop fails the test instead of hanging it.
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        let waiting = |what: &str| {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let deadline = std::time::Instant::now() + common::PATIENCE;
         // The source is the only subtask of vertex 0.
         while remote
             .subtask_counts()
@@ -134,21 +128,13 @@ fn run_and_stop(dir: &Path, drain: Drain, sink: &CollectSink<WindowResult<u64, u
             .find(|c| c.vertex == 0)
             .is_none_or(|c| c.records_out < CLICKS as u64)
         {
-            waiting("the source to emit every click");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for the source to emit every click"
+            );
+            std::thread::sleep(Duration::from_millis(10));
         }
-        let request = remote
-            .stop_with_savepoint(Some(target), drain)
-            .expect("job running");
-        loop {
-            match remote.request(request) {
-                Some(RequestStatus::Completed {
-                    location: Some(path),
-                    ..
-                }) => return path,
-                Some(RequestStatus::Failed(reason)) => panic!("savepoint failed: {reason}"),
-                _ => waiting("the savepoint"),
-            }
-        }
+        common::stop_with_savepoint(&remote, target, drain)
     });
     execute_job(&graph, &config, &handle, &mut |_| {}).expect("the job stops with its savepoint");
     stopper.join().unwrap()

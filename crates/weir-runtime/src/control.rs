@@ -3,17 +3,18 @@
 use weir_checkpoint::{AckMetrics, JobStatus, TaskStatus};
 use weir_core::{Barrier, CheckpointId, CheckpointKind, SubtaskId, SubtaskState};
 
+use crate::handle::Drain;
+
 /// A message to one subtask's task loop. Handled between batches, never inside one.
 #[derive(Debug, Clone)]
 pub enum TaskControl {
     /// Sources only: start checkpoint `barrier`. With `finish`, the source emits nothing after
-    /// the barrier and ends its input: the job stops with this as its final checkpoint. With
-    /// `drain` too, the source first ends event time (a watermark at `i64::MAX`), so every
-    /// window and event-time timer downstream fires before the barrier reaches it.
+    /// the barrier and ends its input: the job stops with this as its final checkpoint; with
+    /// [`Drain::EndEventTime`] the source first ends event time (a watermark at `i64::MAX`), so
+    /// every window and event-time timer downstream fires before the barrier reaches it.
     Trigger {
         barrier: Barrier,
-        finish: bool,
-        drain: bool,
+        finish: Option<Drain>,
     },
     /// Sources only: end input now, without a checkpoint.
     Finish,
@@ -68,7 +69,7 @@ pub enum CoordinatorMessage {
     StopWithSavepoint {
         request: weir_checkpoint::RequestId,
         target: Option<std::path::PathBuf>,
-        drain: bool,
+        drain: Drain,
     },
     /// Answer with the latest completed checkpoint, once every message before this one was
     /// handled: a restart restores exactly what the coordinator considers completed, and every

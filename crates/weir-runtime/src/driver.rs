@@ -15,7 +15,7 @@ use weir_core::{Barrier, CheckpointId, CheckpointKind, Clock, JobId, SubtaskId};
 use weir_storage::{CheckpointMetadata, CheckpointStorage, OperatorMetadata};
 
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
-use crate::handle::{JobHandle, RequestStatus};
+use crate::handle::{Drain, JobHandle, RequestStatus};
 
 /// The request id of the final checkpoint taken when a job stops (manual request ids count up
 /// from 1; the coordinator reserves the upper half for its periodic triggers).
@@ -44,8 +44,8 @@ struct Driver {
     /// The request of the stop in progress (final checkpoint or savepoint), if any: only its
     /// own checkpoint ends the sources.
     stopping: Option<RequestId>,
-    /// Whether the stop in progress ends event time before its checkpoint.
-    stop_drains: bool,
+    /// What the stop in progress does with event time before its checkpoint.
+    stop_drain: Drain,
     /// The current attempt; messages of earlier attempts are ignored.
     attempt: u32,
     handle: JobHandle,
@@ -80,7 +80,7 @@ pub fn spawn_driver(
         controls: HashMap::new(),
         events,
         stopping: None,
-        stop_drains: false,
+        stop_drain: Drain::Keep,
         attempt: 0,
         handle,
         targets: HashMap::new(),
@@ -203,7 +203,7 @@ impl Driver {
                     return Translated::Nothing;
                 }
                 self.stopping = Some(request);
-                self.stop_drains = drain;
+                self.stop_drain = drain;
                 self.targets.insert(request, target);
                 Event::TriggerRequest {
                     request,
@@ -223,7 +223,7 @@ impl Driver {
                     return Translated::Nothing;
                 }
                 self.stopping = Some(STOP_REQUEST);
-                self.stop_drains = false;
+                self.stop_drain = Drain::Keep;
                 Event::TriggerRequest {
                     request: STOP_REQUEST,
                     kind: CheckpointKind::Checkpoint,
@@ -270,21 +270,14 @@ impl Driver {
                 };
                 // Invariant: only the stop's own checkpoint ends the sources; a periodic one
                 // that starts meanwhile is an ordinary checkpoint.
-                let finish = self.stopping.is_some()
-                    && self.requests.get(&checkpoint).copied() == self.stopping;
-                let drain = finish && self.stop_drains;
-                tracing::debug!(%checkpoint, finish, drain, "triggering checkpoint");
+                let finish = (self.stopping.is_some()
+                    && self.requests.get(&checkpoint).copied() == self.stopping)
+                    .then_some(self.stop_drain);
+                tracing::debug!(%checkpoint, ?finish, "triggering checkpoint");
                 for s in sources {
-                    self.send(
-                        s,
-                        TaskControl::Trigger {
-                            barrier,
-                            finish,
-                            drain,
-                        },
-                    );
+                    self.send(s, TaskControl::Trigger { barrier, finish });
                 }
-                if finish {
+                if finish.is_some() {
                     let _ = self.events.send(JobEvent::FinalCheckpointTriggered {
                         id: checkpoint,
                         savepoint: kind == CheckpointKind::Savepoint,

@@ -45,7 +45,6 @@ pub enum RequestStatus {
     Failed(String),
 }
 
-/// Records flowing through one subtask.
 /// What a stop with savepoint does with event time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Drain {
@@ -57,6 +56,7 @@ pub enum Drain {
     EndEventTime,
 }
 
+/// Records flowing through one subtask.
 #[derive(Clone, Debug)]
 pub struct SubtaskCounts {
     pub vertex: usize,
@@ -275,7 +275,7 @@ impl JobHandle {
             let _ = tx.send(CoordinatorMessage::StopWithSavepoint {
                 request,
                 target,
-                drain: drain == Drain::EndEventTime,
+                drain,
             });
         } else {
             let _ = tx.send(CoordinatorMessage::Trigger {

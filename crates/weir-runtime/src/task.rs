@@ -11,6 +11,7 @@ use weir_core::{Barrier, CheckpointId, CheckpointingMode, SubtaskId};
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::error::TaskError;
 use crate::gate::{GateEvent, InputGate};
+use crate::handle::Drain;
 use crate::metrics::SubtaskMetrics;
 use crate::operator::{
     OneInputOperator, OperatorContext, OperatorSnapshot, RestoredState, SourceFunction,
@@ -350,12 +351,8 @@ where
     W: SourceWatermarks<T>,
 {
     Ok(match control {
-        TaskControl::Trigger {
-            barrier,
-            finish,
-            drain,
-        } => {
-            if finish && drain {
+        TaskControl::Trigger { barrier, finish } => {
+            if finish == Some(Drain::EndEventTime) {
                 // Invariant: a drained stop's event time ends before its barrier, so what the
                 // windows and timers emit on it is part of the final savepoint, not after it.
                 watermarks.on_exhausted(out)?;
@@ -372,7 +369,7 @@ where
                 incremental: None,
             });
             rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier));
-            if finish {
+            if finish.is_some() {
                 Next::Finish
             } else {
                 Next::Continue

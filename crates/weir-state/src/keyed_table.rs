@@ -2,14 +2,15 @@
 //!
 //! The synchronous snapshot phase clones the `Arc`s (one per key group, however many keys there
 //! are) into a [`FrozenKeyGroups`]; the asynchronous worker serialises from those while the task
-//! keeps writing. A write goes through `Arc::make_mut`, which copies a key group's map only if a
-//! snapshot still shares it, so each key group is copied at most once per snapshot, and only if
-//! it is written while its snapshot is in flight.
+//! keeps writing. A write copies a key group's map only if a snapshot still shares it, so each
+//! key group is copied at most once per snapshot, and only if it is written while its snapshot
+//! is in flight.
 //!
 //! For incremental checkpoints every entry carries the epoch of its last write, and a key group
-//! remembers the keys removed in the last [`TOMBSTONE_EPOCHS`] epochs: the changes of a key group
-//! since an earlier snapshot are then the entries written, and the keys removed, after its epoch
-//! (see [`FrozenTable::encode_key_group_delta`]).
+//! remembers the keys removed since the last completed checkpoint's snapshot (at most
+//! [`TOMBSTONE_EPOCHS`] epochs back): the changes of a key group since an earlier snapshot are
+//! then the entries written, and the keys removed, after its epoch (see
+//! [`FrozenTable::encode_key_group_delta`]).
 //!
 //! Invariant: `groups.len() == last_modified.len() == range.len()` once initialised, and
 //! `groups[i]` holds exactly the keys whose key group is `range.start + i`.
@@ -41,16 +42,6 @@ pub(crate) struct Group<K, E> {
     oldest_removed: u64,
 }
 
-impl<K: Clone, E: Clone> Clone for Group<K, E> {
-    fn clone(&self) -> Self {
-        Group {
-            entries: self.entries.clone(),
-            removed: self.removed.clone(),
-            oldest_removed: self.oldest_removed,
-        }
-    }
-}
-
 impl<K, E> Default for Group<K, E> {
     fn default() -> Self {
         Group {
@@ -61,14 +52,14 @@ impl<K, E> Default for Group<K, E> {
     }
 }
 
-impl<K: Key, E> Group<K, E> {
-    /// Whether a removal in `removed_in` may still be needed by a delta taken in `epoch`: no
-    /// more than `TOMBSTONE_EPOCHS` old, and after `needed_after` (see
-    /// [`KeyGroupedMap::forget_removals_through`]).
-    fn keeps(removed_in: u64, epoch: u64, needed_after: u64) -> bool {
-        removed_in + TOMBSTONE_EPOCHS >= epoch && removed_in > needed_after
-    }
+/// Whether a removal in `removed_in` may still be needed by a delta taken in `epoch`: no more
+/// than `TOMBSTONE_EPOCHS` old, and after `needed_after` (see
+/// [`KeyGroupedMap::forget_removals_through`]).
+fn keeps(removed_in: u64, epoch: u64, needed_after: u64) -> bool {
+    removed_in + TOMBSTONE_EPOCHS >= epoch && removed_in > needed_after
+}
 
+impl<K: Key, E> Group<K, E> {
     /// Remembers that `key` was removed in `epoch`, first forgetting removals no delta can
     /// need any more.
     ///
@@ -80,9 +71,8 @@ impl<K: Key, E> Group<K, E> {
         if epoch <= needed_after {
             return;
         }
-        if !self.removed.is_empty() && !Self::keeps(self.oldest_removed, epoch, needed_after) {
-            self.removed
-                .retain(|_, e| Self::keeps(*e, epoch, needed_after));
+        if !self.removed.is_empty() && !keeps(self.oldest_removed, epoch, needed_after) {
+            self.removed.retain(|_, e| keeps(*e, epoch, needed_after));
             self.oldest_removed = self.removed.values().copied().min().unwrap_or(epoch);
         }
         if self.removed.is_empty() {
@@ -105,7 +95,7 @@ fn unshare<K: Key, E: Clone>(
         let removed: HashMap<K, u64> = slot
             .removed
             .iter()
-            .filter(|(_, e)| Group::<K, E>::keeps(**e, epoch, needed_after))
+            .filter(|(_, e)| keeps(**e, epoch, needed_after))
             .map(|(k, e)| (k.clone(), *e))
             .collect();
         let oldest_removed = removed.values().copied().min().unwrap_or(epoch);
@@ -208,6 +198,14 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// forgotten (at the next write to their key group, or its next copy).
     pub(crate) fn forget_removals_through(&mut self, epoch: u64) {
         self.removals_needed_after = self.removals_needed_after.max(epoch);
+    }
+
+    /// [`KeyedStateSet::forget_removals`](crate::KeyedStateSet::forget_removals) for this
+    /// table.
+    pub(crate) fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+        if let Some(epoch) = confirmed_epoch(&self.name) {
+            self.forget_removals_through(epoch);
+        }
     }
 
     /// Mutable access to an existing entry; a missing key neither copies nor dirties the group.

@@ -166,9 +166,7 @@ where
     }
 
     fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
-        if let Some(epoch) = confirmed_epoch(self.name()) {
-            self.table.forget_removals_through(epoch);
-        }
+        self.table.forget_removals(confirmed_epoch)
     }
 }
 

@@ -175,13 +175,7 @@ impl CheckpointStorage {
     /// when the file is read.
     pub fn check_state_file_size(&self, handle: &StateHandle) -> Result<(), StorageError> {
         let size = self.io.size(&handle.path)?;
-        if size != handle.size {
-            return Err(StorageError::Corrupt {
-                path: self.display(&handle.path),
-                reason: format!("{size} bytes, expected {} (truncated or torn)", handle.size),
-            });
-        }
-        Ok(())
+        check_size(&self.display(&handle.path), size, handle.size)
     }
 
     /// Reads any file by its relative path, unverified.
@@ -387,6 +381,17 @@ impl CheckpointStorage {
     }
 }
 
+/// Checks a file's size against the size its handle recorded.
+fn check_size(path: &str, actual: u64, expected: u64) -> Result<(), StorageError> {
+    if actual != expected {
+        return Err(StorageError::Corrupt {
+            path: path.to_string(),
+            reason: format!("{actual} bytes, expected {expected} (truncated or torn)"),
+        });
+    }
+    Ok(())
+}
+
 /// Checks a file's bytes against the size and CRC-32C its handle recorded.
 pub(crate) fn check_file(
     path: &str,
@@ -394,12 +399,7 @@ pub(crate) fn check_file(
     size: u64,
     checksum: u32,
 ) -> Result<(), StorageError> {
-    if bytes.len() as u64 != size {
-        return Err(StorageError::Corrupt {
-            path: path.to_string(),
-            reason: format!("{} bytes, expected {size} (truncated or torn)", bytes.len()),
-        });
-    }
+    check_size(path, bytes.len() as u64, size)?;
     let actual = crc32c::crc32c(bytes);
     if actual != checksum {
         return Err(StorageError::Corrupt {

@@ -188,11 +188,15 @@ fn measure(
     let mut id = 1u64;
     // The disk's bandwidth is measured right before and right after each measured phase: on a
     // shared machine it changes from one minute to the next.
-    disk.as_mut().map(Disk::write);
+    if let Some(d) = disk.as_mut() {
+        d.write();
+    }
     let started = Instant::now();
     let (full, storage_secs) = checkpoint(storage, &mut subtasks, id)?;
     let full_secs = started.elapsed().as_secs_f64();
-    disk.as_mut().map(Disk::write);
+    if let Some(d) = disk.as_mut() {
+        d.write();
+    }
     let full_bytes: u64 = full.iter().map(|w| w.written_bytes).sum();
     for s in &subtasks {
         s.base.complete(id);
@@ -255,12 +259,16 @@ fn measure(
     }
 
     // Restore the latest checkpoint: read, verify and decode every file it references.
-    disk.as_mut().map(Disk::read);
+    if let Some(d) = disk.as_mut() {
+        d.read();
+    }
     let cold_cache = drop_page_cache();
     let started = Instant::now();
     let restored_bytes = restore(storage, &subtasks, &latest)?;
     let restore_secs = started.elapsed().as_secs_f64();
-    disk.as_mut().map(Disk::read);
+    if let Some(d) = disk.as_mut() {
+        d.read();
+    }
 
     // Restore the savepoint, as `--from-savepoint` does.
     drop_page_cache();
@@ -302,72 +310,61 @@ fn checkpoint(
         let plan = s.base.plan(id, &frozen);
         jobs.push((s.index, s.range, frozen, plan));
     }
-    let results: Vec<Result<(Written, f64), String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .map(|(index, range, frozen, plan)| {
-                scope.spawn(move || -> Result<(Written, f64), String> {
-                    let kind = HandleKind::Keyed { key_groups: range };
-                    let mut encoding =
-                        encode_incremental(&frozen, range, &plan).map_err(|e| e.to_string())?;
-                    let mut storage_secs = 0.0;
-                    let mut shared = Vec::new();
-                    let mut file = None;
-                    if let Some(data) = encoding.data.take() {
-                        let path =
-                            CheckpointLayout::shared_file(CheckpointId(id), "bench", index, id);
-                        let t = Instant::now();
-                        let h = storage
-                            .write_shared_file(path, kind, data)
-                            .map_err(|e| e.to_string())?;
-                        storage_secs += t.elapsed().as_secs_f64();
-                        file = Some(Arc::new(SharedStateFile {
-                            path: h.path.clone(),
-                            size: h.size,
-                            checksum: h.checksum,
-                        }));
-                        shared.push(h);
+    let results = on_threads(
+        jobs,
+        |(index, range, frozen, plan)| -> Result<(Written, f64), String> {
+            let kind = HandleKind::Keyed { key_groups: range };
+            let mut encoding =
+                encode_incremental(&frozen, range, &plan).map_err(|e| e.to_string())?;
+            let mut storage_secs = 0.0;
+            let mut shared = Vec::new();
+            let mut file = None;
+            if let Some(data) = encoding.data.take() {
+                let path = CheckpointLayout::shared_file(CheckpointId(id), "bench", index, id);
+                let t = Instant::now();
+                let h = storage
+                    .write_shared_file(path, kind, data)
+                    .map_err(|e| e.to_string())?;
+                storage_secs += t.elapsed().as_secs_f64();
+                file = Some(Arc::new(SharedStateFile {
+                    path: h.path.clone(),
+                    size: h.size,
+                    checksum: h.checksum,
+                }));
+                shared.push(h);
+            }
+            let (chains, manifest) = encoding.finish(&plan, file).map_err(|e| e.to_string())?;
+            let path = CheckpointLayout::state_file(CheckpointId(id), "bench", index, "keyed");
+            let t = Instant::now();
+            let manifest = storage
+                .write_state_file(path, kind, &manifest)
+                .map_err(|e| e.to_string())?;
+            storage_secs += t.elapsed().as_secs_f64();
+            let written_bytes = manifest.size + shared.iter().map(|h| h.size).sum::<u64>();
+            for chain in chains.iter().flatten() {
+                for blob in chain.iter() {
+                    if !shared.iter().any(|h| h.path == blob.file.path) {
+                        shared.push(StateHandle {
+                            path: blob.file.path.clone(),
+                            size: blob.file.size,
+                            checksum: blob.file.checksum,
+                            kind,
+                            shared: true,
+                        });
                     }
-                    let (chains, manifest) =
-                        encoding.finish(&plan, file).map_err(|e| e.to_string())?;
-                    let path =
-                        CheckpointLayout::state_file(CheckpointId(id), "bench", index, "keyed");
-                    let t = Instant::now();
-                    let manifest = storage
-                        .write_state_file(path, kind, &manifest)
-                        .map_err(|e| e.to_string())?;
-                    storage_secs += t.elapsed().as_secs_f64();
-                    let written_bytes = manifest.size + shared.iter().map(|h| h.size).sum::<u64>();
-                    for chain in chains.iter().flatten() {
-                        for blob in chain.iter() {
-                            if !shared.iter().any(|h| h.path == blob.file.path) {
-                                shared.push(StateHandle {
-                                    path: blob.file.path.clone(),
-                                    size: blob.file.size,
-                                    checksum: blob.file.checksum,
-                                    kind,
-                                    shared: true,
-                                });
-                            }
-                        }
-                    }
-                    plan.base.record_written(&plan, chains);
-                    Ok((
-                        Written {
-                            manifest,
-                            shared,
-                            written_bytes,
-                        },
-                        storage_secs,
-                    ))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
-            .collect()
-    });
+                }
+            }
+            plan.base.record_written(&plan, chains);
+            Ok((
+                Written {
+                    manifest,
+                    shared,
+                    written_bytes,
+                },
+                storage_secs,
+            ))
+        },
+    );
     let mut written = Vec::new();
     let mut slowest: f64 = 0.0;
     for r in results {
@@ -381,6 +378,28 @@ fn checkpoint(
     Ok((written, slowest))
 }
 
+/// Runs `work` on every item, each on a thread of its own as the runtime's snapshot workers
+/// run, and returns the results in order; a thread that panicked becomes an error.
+fn on_threads<I: Send, R: Send>(
+    items: impl IntoIterator<Item = I>,
+    work: impl Fn(I) -> Result<R, String> + Sync,
+) -> Vec<Result<R, String>> {
+    std::thread::scope(|scope| {
+        let work = &work;
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || work(item)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a worker thread panicked".into()))
+            })
+            .collect()
+    })
+}
+
 /// Restores every subtask from what `latest` references, one thread per subtask; returns the
 /// bytes read.
 fn restore(
@@ -388,36 +407,27 @@ fn restore(
     subtasks: &[Subtask],
     latest: &[Written],
 ) -> Result<u64, CliError> {
-    let results: Vec<Result<(u64, usize), String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = subtasks
-            .iter()
-            .zip(latest)
-            .map(|(s, w)| {
-                scope.spawn(move || -> Result<(u64, usize), String> {
-                    let bytes = storage
-                        .read_state_file(&w.manifest)
-                        .map_err(|e| e.to_string())?;
-                    let mut read = bytes.len() as u64;
-                    let manifest = KeyedManifest::decode(&bytes).map_err(|e| e.to_string())?;
-                    let mut files = HashMap::new();
-                    for h in &w.shared {
-                        let b = storage.read_state_file(h).map_err(|e| e.to_string())?;
-                        read += b.len() as u64;
-                        files.insert(h.path.clone(), b);
-                    }
-                    let reader = manifest.reader(s.range, files).map_err(|e| e.to_string())?;
-                    let mut state = ValueState::<u64, String>::new("values");
-                    state.init(DEFAULT_MAX_PARALLELISM, s.range);
-                    state.restore(&reader).map_err(|e| e.to_string())?;
-                    Ok((read, state.len()))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a reader panicked".into())))
-            .collect()
-    });
+    let results = on_threads(
+        subtasks.iter().zip(latest),
+        |(s, w)| -> Result<(u64, usize), String> {
+            let bytes = storage
+                .read_state_file(&w.manifest)
+                .map_err(|e| e.to_string())?;
+            let mut read = bytes.len() as u64;
+            let manifest = KeyedManifest::decode(&bytes).map_err(|e| e.to_string())?;
+            let mut files = HashMap::new();
+            for h in &w.shared {
+                let b = storage.read_state_file(h).map_err(|e| e.to_string())?;
+                read += b.len() as u64;
+                files.insert(h.path.clone(), b);
+            }
+            let reader = manifest.reader(s.range, files).map_err(|e| e.to_string())?;
+            let mut state = ValueState::<u64, String>::new("values");
+            state.init(DEFAULT_MAX_PARALLELISM, s.range);
+            state.restore(&reader).map_err(|e| e.to_string())?;
+            Ok((read, state.len()))
+        },
+    );
     let mut total = 0;
     for (r, s) in results.into_iter().zip(subtasks) {
         let (read, keys) = r.map_err(|e| CliError {
@@ -458,32 +468,20 @@ fn savepoint_snapshot(
         s.state.snapshot(&mut frozen);
         jobs.push((s.index, s.range, frozen));
     }
-    let written: Vec<Result<(u32, StateHandle), String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .map(|(index, range, frozen)| {
-                scope.spawn(move || -> Result<(u32, StateHandle), String> {
-                    let bytes = weir_state::encode_keyed_snapshot(&frozen, range)
-                        .map_err(|e| e.to_string())?;
-                    let path = CheckpointLayout::state_file(
-                        CheckpointId(SAVEPOINT_ID),
-                        "bench",
-                        index,
-                        "keyed",
-                    );
-                    let kind = HandleKind::Keyed { key_groups: range };
-                    let handle = storage
-                        .write_state_file(path, kind, &bytes)
-                        .map_err(|e| e.to_string())?;
-                    Ok((index, handle))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a writer panicked".into())))
-            .collect()
-    });
+    let written = on_threads(
+        jobs,
+        |(index, range, frozen)| -> Result<(u32, StateHandle), String> {
+            let bytes =
+                weir_state::encode_keyed_snapshot(&frozen, range).map_err(|e| e.to_string())?;
+            let path =
+                CheckpointLayout::state_file(CheckpointId(SAVEPOINT_ID), "bench", index, "keyed");
+            let kind = HandleKind::Keyed { key_groups: range };
+            let handle = storage
+                .write_state_file(path, kind, &bytes)
+                .map_err(|e| e.to_string())?;
+            Ok((index, handle))
+        },
+    );
     let mut subtask_states = BTreeMap::new();
     for w in written {
         let (index, handle) = w.map_err(|e| CliError {
@@ -524,28 +522,15 @@ fn restore_savepoint(path: &Path, subtasks: &[Subtask], keys: u64) -> Result<(),
     let (storage, metadata) =
         weir_storage::savepoint::open_savepoint(path).map_err(|e| failed(e.to_string()))?;
     let operator = OperatorId::from_uid(OPERATOR_UID);
-    let restored: Vec<Result<usize, String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = subtasks
-            .iter()
-            .map(|s| {
-                let (storage, metadata) = (&storage, &metadata);
-                scope.spawn(move || -> Result<usize, String> {
-                    let reader = weir_runtime::restore::read_keyed_state(
-                        storage, metadata, operator, s.range,
-                    )
-                    .map_err(|e| e.to_string())?
-                    .ok_or("no keyed state in the savepoint")?;
-                    let mut state = ValueState::<u64, String>::new("values");
-                    state.init(DEFAULT_MAX_PARALLELISM, s.range);
-                    state.restore(&reader).map_err(|e| e.to_string())?;
-                    Ok(state.len())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a reader panicked".into())))
-            .collect()
+    let restored = on_threads(subtasks, |s| -> Result<usize, String> {
+        let reader =
+            weir_runtime::restore::read_keyed_state(&storage, &metadata, operator, s.range)
+                .map_err(|e| e.to_string())?
+                .ok_or("no keyed state in the savepoint")?;
+        let mut state = ValueState::<u64, String>::new("values");
+        state.init(DEFAULT_MAX_PARALLELISM, s.range);
+        state.restore(&reader).map_err(|e| e.to_string())?;
+        Ok(state.len())
     });
     let mut total = 0u64;
     for r in restored {
@@ -605,10 +590,8 @@ impl Disk {
         self.writes.extend(dd(&args));
     }
 
+    /// Reads back what the last [`write`](Self::write) wrote.
     fn read(&mut self) {
-        if !self.file.exists() {
-            self.write();
-        }
         let iff = format!("if={}", self.file.display());
         self.reads
             .extend(dd(&[&iff, "of=/dev/null", "bs=1M", "iflag=direct"]));

@@ -3,6 +3,7 @@
 use crossbeam_channel::Sender;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -41,6 +42,57 @@ impl Deployed {
     pub(crate) fn source_records(&self) -> u64 {
         self.source_metrics.iter().map(|m| m.records_out()).sum()
     }
+}
+
+/// Reads the state of every subtask of `graph` from `metadata`, in the order of the graph's
+/// nodes and their subtasks, on a few threads at once: the files of a large state are read
+/// side by side (each read waits on the disk), then each subtask decodes its own in its thread.
+/// The first error in that order is returned.
+fn read_states(
+    graph: &JobGraph,
+    storage: &CheckpointStorage,
+    metadata: &weir_storage::CheckpointMetadata,
+) -> Result<Vec<RestoredState>, JobError> {
+    let subtasks: Vec<(&crate::graph::Node, u32)> = graph
+        .nodes
+        .iter()
+        .flat_map(|node| (0..node.parallelism).map(move |index| (node, index)))
+        .collect();
+    let readers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8)
+        .min(subtasks.len().max(1));
+    let next = AtomicUsize::new(0);
+    let read = |i: usize| {
+        let (node, index) = subtasks[i];
+        let key_groups = KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
+        (i, subtask_state(storage, metadata, node, index, key_groups))
+    };
+    let mut results: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..readers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= subtasks.len() {
+                            return mine;
+                        }
+                        mine.push(read(i));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    results.sort_unstable_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Creates every channel, writer and subtask of one attempt, and starts the subtask threads.
@@ -101,18 +153,18 @@ pub(crate) fn deploy(
     };
     let mut bodies = Vec::new();
     let restore_start = Instant::now();
+    let mut restored_states = match restore {
+        Some((storage, metadata)) => read_states(graph, storage, metadata)?,
+        None => Vec::new(),
+    }
+    .into_iter();
     for (node_index, node) in graph.nodes.iter().enumerate().take(n) {
         let uid: Arc<str> = Arc::from(node.uid.as_str());
         for index in 0..node.parallelism {
             let subtask = SubtaskId::new(node.id(), index);
             let key_groups =
                 KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
-            let restored = match restore {
-                Some((storage, metadata)) => {
-                    subtask_state(storage, metadata, node, index, key_groups)?
-                }
-                None => RestoredState::default(),
-            };
+            let restored = restored_states.next().unwrap_or_default();
             let (control_tx, control_rx) = crossbeam_channel::unbounded();
             let metrics = Arc::new(SubtaskMetrics::default());
             let rt = TaskRuntime {

@@ -8,6 +8,7 @@ use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::runtime::Runtime;
@@ -45,6 +46,8 @@ pub(crate) struct ObjectIo {
     remote: bool,
     /// How paths are shown in errors: the job root's location.
     display_root: String,
+    /// The directory of a local store: large files are read from it around the page cache.
+    local_dir: Option<PathBuf>,
 }
 
 impl ObjectIo {
@@ -53,12 +56,14 @@ impl ObjectIo {
         prefix: String,
         remote: bool,
         display_root: String,
+        local_dir: Option<PathBuf>,
     ) -> Self {
         ObjectIo {
             store,
             prefix,
             remote,
             display_root,
+            local_dir,
         }
     }
 
@@ -142,13 +147,22 @@ impl ObjectIo {
             .map(|_| ())
     }
 
-    /// Reads an object whole.
+    /// Reads an object whole; a large local file around the page cache (see
+    /// [`direct_read`](crate::direct_read)).
     pub fn get(&self, relative: &str) -> Result<Vec<u8>, StorageError> {
         if let Some(e) = faults::check("get", relative) {
             return Err(StorageError::Io {
                 path: self.display(relative),
                 source: e,
             });
+        }
+        if let Some(dir) = &self.local_dir {
+            if let Some(read) = crate::direct_read::read(&dir.join(relative.trim_matches('/'))) {
+                return read.map_err(|source| StorageError::Io {
+                    path: self.display(relative),
+                    source,
+                });
+            }
         }
         let key = self.key(relative);
         let bytes = self.run(relative, || async {

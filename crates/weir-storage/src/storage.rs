@@ -92,7 +92,11 @@ impl CheckpointStorage {
         }
         let root = base.join(job_name);
         let (store, prefix) = connect(&root, s3, create)?;
-        let io = ObjectIo::new(store, prefix, root.is_remote(), root.to_string());
+        let local_dir = match &root {
+            Location::Local(dir) => Some(dir.clone()),
+            _ => None,
+        };
+        let io = ObjectIo::new(store, prefix, root.is_remote(), root.to_string(), local_dir);
         Ok(CheckpointStorage { io, root })
     }
 

@@ -1,7 +1,8 @@
 //! `weir bench checkpoint`: the state backend and checkpoint storage measured directly — the
 //! synchronous snapshot phase, full and incremental checkpoint sizes, write and restore
-//! throughput — beside the machine's sequential disk bandwidth (`dd … oflag=direct`, run right
-//! before and after the full write and the restore; the mean of the two is reported).
+//! throughput — beside the machine's sequential disk bandwidth (`dd … oflag=direct conv=fsync`
+//! and `dd … iflag=direct`, run right before and after the full write and the restore; the
+//! median of the samples is reported, and the samples).
 //!
 //! The state is one `ValueState<u64, String>` of `--keys` keys split over two subtasks (key
 //! groups `[0, 64)` and `[64, 128)`), written and restored by two threads, as the runtime's
@@ -82,7 +83,14 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let _ = std::fs::remove_dir_all(&savepoints);
     let (disk_write, disk_read) = disk
         .as_ref()
-        .map_or((0.0, 0.0), |d| (mean(&d.writes), mean(&d.reads)));
+        .map_or((0.0, 0.0), |d| (median(&d.writes), median(&d.reads)));
+    let samples = |of: fn(&Disk) -> &Vec<f64>| {
+        let s: Vec<String> = disk.as_ref().map_or(Vec::new(), |d| {
+            of(d).iter().map(|v| format!("{v:.0}")).collect()
+        });
+        format!("[{}]", s.join(","))
+    };
+    let (write_samples, read_samples) = (samples(|d| &d.writes), samples(|d| &d.reads));
     let disk_source = disk.as_ref().map_or("none", Disk::source_kind);
     drop(disk);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -90,7 +98,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let ratio = m.incremental_bytes as f64 / m.full_bytes.max(1) as f64;
     if args.json {
         println!(
-            "{{\"target\":\"checkpoint\",\"keys\":{},\"changed\":{},\"value_bytes\":{},\"subtasks\":{SUBTASKS},\"sync_phase_p50_ms\":{:.4},\"sync_phase_p99_ms\":{:.4},\"full_checkpoint_bytes\":{},\"incremental_checkpoint_bytes\":{},\"incremental_ratio\":{ratio:.4},\"incremental_bytes_p50\":{},\"write_mb_per_s\":{:.0},\"storage_write_mb_per_s\":{:.0},\"restore_mb_per_s\":{:.0},\"restore_cold_cache\":{},\"savepoint_bytes\":{},\"savepoint_write_mb_per_s\":{:.0},\"savepoint_restore_mb_per_s\":{:.0},\"checkpoint_duration_p50_ms\":{:.1},\"checkpoint_duration_p99_ms\":{:.1},\"disk_write_mb_per_s\":{disk_write:.0},\"disk_read_mb_per_s\":{disk_read:.0},\"disk_data\":\"{disk_source}\"}}",
+            "{{\"target\":\"checkpoint\",\"keys\":{},\"changed\":{},\"value_bytes\":{},\"subtasks\":{SUBTASKS},\"sync_phase_p50_ms\":{:.4},\"sync_phase_p99_ms\":{:.4},\"full_checkpoint_bytes\":{},\"incremental_checkpoint_bytes\":{},\"incremental_ratio\":{ratio:.4},\"incremental_bytes_p50\":{},\"write_mb_per_s\":{:.0},\"storage_write_mb_per_s\":{:.0},\"restore_mb_per_s\":{:.0},\"restore_cold_cache\":{},\"savepoint_bytes\":{},\"savepoint_write_mb_per_s\":{:.0},\"savepoint_restore_mb_per_s\":{:.0},\"checkpoint_duration_p50_ms\":{:.1},\"checkpoint_duration_p99_ms\":{:.1},\"disk_write_mb_per_s\":{disk_write:.0},\"disk_read_mb_per_s\":{disk_read:.0},\"disk_write_samples\":{write_samples},\"disk_read_samples\":{read_samples},\"disk_data\":\"{disk_source}\"}}",
             args.keys,
             args.changed,
             args.value_bytes,
@@ -111,7 +119,7 @@ pub fn run(args: &BenchArgs) -> Result<(), CliError> {
         );
     } else {
         println!(
-            "checkpoint bench, {} keys × {} B, {:.2} % changed: sync phase p50 {:.3} ms, p99 {:.3} ms; full {} B, incremental {} B ({:.2} %); full write {:.0} MB/s (storage alone {:.0} MB/s), restore {:.0} MB/s{}; savepoint of the full checkpoint {} B, written at {:.0} MB/s, restored at {:.0} MB/s; incremental checkpoint p50 {:.1} ms, p99 {:.1} ms; disk (dd, O_DIRECT, {disk_source} data) write {disk_write:.0} MB/s, read {disk_read:.0} MB/s",
+            "checkpoint bench, {} keys × {} B, {:.2} % changed: sync phase p50 {:.3} ms, p99 {:.3} ms; full {} B, incremental {} B ({:.2} %); full write {:.0} MB/s (storage alone {:.0} MB/s), restore {:.0} MB/s{}; savepoint of the full checkpoint {} B, written at {:.0} MB/s, restored at {:.0} MB/s; incremental checkpoint p50 {:.1} ms, p99 {:.1} ms; disk (dd, O_DIRECT, {disk_source} data) write {disk_write:.0} MB/s (samples {write_samples}), read {disk_read:.0} MB/s (samples {read_samples})",
             args.keys,
             args.value_bytes,
             args.changed * 100.0,
@@ -545,6 +553,10 @@ fn restore_savepoint(path: &Path, subtasks: &[Subtask], keys: u64) -> Result<(),
 /// Sequential write and read bandwidth of the disk holding the checkpoints, in MB/s, by `dd`
 /// with O_DIRECT (1 GiB in 1 MiB blocks), sampled when asked; a failed `dd` adds no sample.
 ///
+/// Writes end with an fsync (`conv=fsync`), as a checkpoint's do: without it `dd` measures how
+/// fast the host takes the data into its cache (several GB/s here), and leaves that gigabyte
+/// for the next fsync — the checkpoint's — to flush.
+///
 /// The data written is random, copied from a file in memory (`/dev/shm`): virtual disks often
 /// store blocks of zeros without writing them, so `dd if=/dev/zero` can report several times
 /// the bandwidth real data gets. Without `/dev/shm` it falls back to zeros and says so.
@@ -586,15 +598,25 @@ impl Disk {
             None => "if=/dev/zero".to_string(),
         };
         let of = format!("of={}", self.file.display());
-        let args = [&iff, &of, "bs=1M", "count=1024", "oflag=direct"];
+        let args = [
+            &iff,
+            &of,
+            "bs=1M",
+            "count=1024",
+            "oflag=direct",
+            "conv=fsync",
+        ];
         self.writes.extend(dd(&args));
     }
 
-    /// Reads back what the last [`write`](Self::write) wrote.
+    /// Reads back what the last [`write`](Self::write) wrote, three times: how fast it comes
+    /// back swings by several times on a virtual disk, with what the host happens to cache.
     fn read(&mut self) {
         let iff = format!("if={}", self.file.display());
-        self.reads
-            .extend(dd(&[&iff, "of=/dev/null", "bs=1M", "iflag=direct"]));
+        for _ in 0..3 {
+            self.reads
+                .extend(dd(&[&iff, "of=/dev/null", "bs=1M", "iflag=direct"]));
+        }
     }
 }
 
@@ -629,11 +651,15 @@ fn write_random(path: &Path) -> std::io::Result<()> {
     file.flush()
 }
 
-fn mean(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
+/// The median (the mean of the middle two for an even count); 0 for none.
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
-    values.iter().sum::<f64>() / values.len() as f64
 }
 
 fn dd(args: &[&str]) -> Option<f64> {

@@ -153,6 +153,7 @@ pub(crate) fn deploy(
     };
     let mut bodies = Vec::new();
     let restore_start = Instant::now();
+    let alignment = crate::alignment::AlignmentGroups::default();
     let mut restored_states = match restore {
         Some((storage, metadata)) => read_states(graph, storage, metadata)?,
         None => Vec::new(),
@@ -196,6 +197,7 @@ pub(crate) fn deploy(
                 first_record_reported: false,
                 in_flight: 0,
                 snapshot_done: crossbeam_channel::unbounded(),
+                alignment: alignment.clone(),
             };
             let ins = std::mem::take(&mut inputs[node_index][index as usize]);
             let outs = std::mem::take(&mut outputs[node_index][index as usize]);

@@ -16,6 +16,7 @@
 //! ([`timer_service`]); windows and joins build on both ([`operators::window`]); an operator
 //! may emit a second stream ([`side_output`]).
 
+pub mod alignment;
 pub mod channel;
 pub mod control;
 mod deploy;

@@ -43,6 +43,8 @@ pub struct TaskRuntime {
     /// Snapshots handed to the workers and not yet acknowledged.
     pub in_flight: usize,
     pub snapshot_done: (Sender<CheckpointId>, Receiver<CheckpointId>),
+    /// The watermark alignment groups of this attempt.
+    pub alignment: crate::alignment::AlignmentGroups,
 }
 
 impl TaskRuntime {
@@ -278,11 +280,23 @@ where
             match handle_source_control(control, &mut source, &mut watermarks, &mut out, &mut rt)? {
                 Next::Continue => continue,
                 Next::Exit => return Ok(()),
-                Next::Finish => {
-                    out.end_of_input()?;
-                    rt.metrics.set_out(out.records_out());
-                    return rt.serve_until_shutdown(|id| source.notify_complete(id));
-                }
+                Next::Finish => return finish_source(&mut source, &mut out, &mut rt),
+            }
+        }
+        if !exhausted && watermarks.paused() {
+            // Too far ahead of its watermark alignment group: wait for the others, serving
+            // barriers and control messages meanwhile.
+            out.flush()?;
+            match wait_for_control(
+                ALIGNMENT_PAUSE,
+                &mut source,
+                &mut watermarks,
+                &mut out,
+                &mut rt,
+            )? {
+                Next::Continue => continue,
+                Next::Exit => return Ok(()),
+                Next::Finish => return finish_source(&mut source, &mut out, &mut rt),
             }
         }
         match source.poll_batch(&mut batch, rt.batch_size)? {
@@ -297,24 +311,11 @@ where
             SourceStatus::Idle => {
                 out.flush()?;
                 watermarks.on_idle(&mut out)?;
-                match rt.control.recv_timeout(Duration::from_millis(5)) {
-                    Ok(c) => match handle_source_control(
-                        c,
-                        &mut source,
-                        &mut watermarks,
-                        &mut out,
-                        &mut rt,
-                    )? {
-                        Next::Continue => {}
-                        Next::Exit => return Ok(()),
-                        Next::Finish => {
-                            out.end_of_input()?;
-                            rt.metrics.set_out(out.records_out());
-                            return rt.serve_until_shutdown(|id| source.notify_complete(id));
-                        }
-                    },
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                match wait_for_control(IDLE_POLL, &mut source, &mut watermarks, &mut out, &mut rt)?
+                {
+                    Next::Continue => {}
+                    Next::Exit => return Ok(()),
+                    Next::Finish => return finish_source(&mut source, &mut out, &mut rt),
                 }
             }
             SourceStatus::Exhausted => {
@@ -336,6 +337,47 @@ where
         }
         rt.metrics.set_out(out.records_out());
     }
+}
+
+/// How long an idle source waits for a control message before it polls again.
+const IDLE_POLL: Duration = Duration::from_millis(5);
+/// How long a source paused by watermark alignment waits before it checks again.
+const ALIGNMENT_PAUSE: Duration = Duration::from_millis(1);
+
+/// Waits up to `timeout` for a control message and handles it; `Continue` if none came.
+fn wait_for_control<T, S, W>(
+    timeout: Duration,
+    source: &mut S,
+    watermarks: &mut W,
+    out: &mut Output<T>,
+    rt: &mut TaskRuntime,
+) -> Result<Next, TaskError>
+where
+    T: Clone + Send,
+    S: SourceFunction<T>,
+    W: SourceWatermarks<T>,
+{
+    match rt.control.recv_timeout(timeout) {
+        Ok(c) => handle_source_control(c, source, watermarks, out, rt),
+        Err(RecvTimeoutError::Timeout) => Ok(Next::Continue),
+        Err(RecvTimeoutError::Disconnected) => Ok(Next::Exit),
+    }
+}
+
+/// Ends a source's output (after a final barrier or a finish) and serves notifications until
+/// shutdown.
+fn finish_source<T, S>(
+    source: &mut S,
+    out: &mut Output<T>,
+    rt: &mut TaskRuntime,
+) -> Result<(), TaskError>
+where
+    T: Clone + Send,
+    S: SourceFunction<T>,
+{
+    out.end_of_input()?;
+    rt.metrics.set_out(out.records_out());
+    rt.serve_until_shutdown(|id| source.notify_complete(id))
 }
 
 fn handle_source_control<T, S, W>(

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir_core::WatermarkStatus;
 
+use crate::alignment::{AlignmentGroups, AlignmentMember};
 use crate::error::TaskError;
 use crate::graph::{Erased, NodeFactory, SubtaskBody};
 use crate::operator::{OneInputOperator, SourceFunction};
@@ -92,6 +93,8 @@ pub struct WatermarkStrategy<G> {
     generator: G,
     interval: Duration,
     idleness: Option<Duration>,
+    /// The alignment group and its maximum drift.
+    alignment: Option<(String, Duration)>,
 }
 
 impl<F> WatermarkStrategy<BoundedOutOfOrderness<F>> {
@@ -117,6 +120,7 @@ impl<G> WatermarkStrategy<G> {
             generator,
             interval: DEFAULT_WATERMARK_INTERVAL,
             idleness: None,
+            alignment: None,
         }
     }
 
@@ -129,6 +133,15 @@ impl<G> WatermarkStrategy<G> {
     /// Mark the source idle when it found nothing to read for this long.
     pub fn with_idleness(mut self, timeout: Duration) -> Self {
         self.idleness = Some(timeout);
+        self
+    }
+
+    /// Align this source's subtasks with every other source of alignment group `group`: a
+    /// subtask whose watermark is more than `max_drift` ahead of the group's slowest member
+    /// pauses reading until it is not (see [`crate::alignment`]). This bounds the state that
+    /// windows and joins downstream hold for a fast input while a slow one catches up.
+    pub fn with_watermark_alignment(mut self, group: &str, max_drift: Duration) -> Self {
+        self.alignment = Some((group.to_string(), max_drift));
         self
     }
 
@@ -153,6 +166,10 @@ pub trait SourceWatermarks<T: Clone + Send>: Send + 'static {
     fn on_exhausted(&mut self, out: &mut Output<T>) -> Result<(), TaskError> {
         out.emit_watermark(i64::MAX)
     }
+    /// Whether the source must not read now: it is too far ahead of its alignment group.
+    fn paused(&mut self) -> bool {
+        false
+    }
 }
 
 /// A source without event time. It still ends event time when it is exhausted.
@@ -176,6 +193,7 @@ pub struct SourceWatermarkDriver<G> {
     strategy: WatermarkStrategy<G>,
     next_emit: Instant,
     idle_since: Option<Instant>,
+    alignment: Option<AlignmentMember>,
 }
 
 impl<G> SourceWatermarkDriver<G> {
@@ -184,7 +202,18 @@ impl<G> SourceWatermarkDriver<G> {
             next_emit: Instant::now() + strategy.interval,
             strategy,
             idle_since: None,
+            alignment: None,
         }
+    }
+
+    /// Joins the strategy's alignment group, if it has one, among `groups`.
+    pub fn aligned(mut self, groups: &AlignmentGroups) -> Self {
+        self.alignment = self
+            .strategy
+            .alignment
+            .as_ref()
+            .map(|(name, drift)| groups.join(name, *drift));
+        self
     }
 }
 
@@ -200,6 +229,9 @@ where
             out.emit_watermark_status(WatermarkStatus::Active)?;
         }
         self.strategy.generator.on_batch(batch);
+        if let Some(member) = &self.alignment {
+            member.publish(self.strategy.generator.current_watermark());
+        }
         Ok(())
     }
 
@@ -224,8 +256,28 @@ where
         let since = *self.idle_since.get_or_insert_with(Instant::now);
         if since.elapsed() >= timeout && !out.is_idle() {
             out.emit_watermark_status(WatermarkStatus::Idle)?;
+            if let Some(member) = &self.alignment {
+                member.publish(None);
+            }
         }
         Ok(())
+    }
+
+    fn on_exhausted(&mut self, out: &mut Output<T>) -> Result<(), TaskError> {
+        if let Some(member) = &self.alignment {
+            member.publish(None);
+        }
+        out.emit_watermark(i64::MAX)
+    }
+
+    #[inline]
+    fn paused(&mut self) -> bool {
+        match &mut self.alignment {
+            Some(member) => {
+                member.ahead(self.strategy.generator.current_watermark(), Instant::now())
+            }
+            None => false,
+        }
     }
 }
 
@@ -258,7 +310,7 @@ where
             .lock()
             .map_err(|_| "source template poisoned")?
             .clone();
-        let driver = SourceWatermarkDriver::new(strategy);
+        let driver = SourceWatermarkDriver::new(strategy).aligned(&rt.alignment);
         Ok(Box::new(move || run_source_with_watermarks(source, driver, out, rt)) as SubtaskBody)
     })
 }

@@ -25,13 +25,21 @@ pub use generator::{NexmarkConfig, NexmarkGenerator};
 pub use model::{Auction, Bid, Channel, Event, Person, CHANNELS};
 pub use source::NexmarkSource;
 
+use std::time::Duration;
 use weir_runtime::watermark::{BoundedOutOfOrderness, WatermarkStrategy};
 
 /// The watermark strategy of a Nexmark source.
 pub type NexmarkWatermarks = WatermarkStrategy<BoundedOutOfOrderness<fn(&Event) -> i64>>;
 
+/// How far (in event time) a Nexmark source subtask may run ahead of the slowest one.
+pub const MAX_WATERMARK_DRIFT: Duration = Duration::from_secs(1);
+
 /// How a Nexmark source makes watermarks: each subtask's events are in event-time order, so
-/// its watermark trails the latest event by one millisecond.
+/// its watermark trails the latest event by one millisecond. The subtasks are aligned
+/// ([`MAX_WATERMARK_DRIFT`]): each generates its own share of the events as fast as it can, and
+/// without alignment one that runs faster fills the windows downstream with events that wait for
+/// the slower one — state growing for as long as the run lasts.
 pub fn watermarks() -> NexmarkWatermarks {
     WatermarkStrategy::for_monotonous_timestamps(Event::date_time as fn(&Event) -> i64)
+        .with_watermark_alignment("nexmark", MAX_WATERMARK_DRIFT)
 }

@@ -42,6 +42,15 @@ impl CheckpointCoordinator {
             tracing::debug!(%subtask, %checkpoint, "duplicate acknowledgement ignored");
             return;
         }
+        tracing::debug!(
+            %subtask,
+            %checkpoint,
+            start_delay_ms = metrics.start_delay_ms,
+            alignment_ms = metrics.alignment_duration_ms,
+            sync_ms = metrics.sync_duration_ms,
+            async_ms = metrics.async_duration_ms,
+            "acknowledged"
+        );
         self.stats
             .report_ack(checkpoint, index, now_ms, metrics, &state);
         if pending.acknowledge(index, state) == AckOutcome::Recorded

@@ -2,9 +2,10 @@
 //!
 //! The synchronous snapshot phase clones the `Arc`s (one per key group, however many keys there
 //! are) into a [`FrozenKeyGroups`]; the asynchronous worker serialises from those while the task
-//! keeps writing. A write copies a key group's map only if a snapshot still shares it, so each
-//! key group is copied at most once per snapshot, and only if it is written while its snapshot
-//! is in flight.
+//! keeps writing. While a snapshot shares a key group's map, a write copies only the entry it
+//! writes, into the group's pending changes (copy-on-write by entry, see [`Slot`]); the first
+//! write after the snapshot let go moves them into the map. A snapshot's cost to the running
+//! task is thus in proportion to the keys written while it is being written, not to the state.
 //!
 //! For incremental checkpoints every entry carries the epoch of its last write, and a key group
 //! remembers the keys removed since the last completed checkpoint's snapshot (at most
@@ -13,7 +14,8 @@
 //! [`FrozenTable::encode_key_group_delta`]).
 //!
 //! Invariant: `groups.len() == last_modified.len() == range.len()` once initialised, and
-//! `groups[i]` holds exactly the keys whose key group is `range.start + i`.
+//! `groups[i]` (its map and its pending changes) holds exactly the keys whose key group is
+//! `range.start + i`.
 
 use crate::entry_codec::{append, take, take_len, EntryCodec};
 use crate::error::StateError;
@@ -60,6 +62,15 @@ fn keeps(removed_in: u64, epoch: u64, needed_after: u64) -> bool {
 }
 
 impl<K: Key, E> Group<K, E> {
+    /// Forgets the removals no delta taken in `epoch` or later can need, if there are any.
+    #[inline]
+    fn prune(&mut self, epoch: u64, needed_after: u64) {
+        if !self.removed.is_empty() && !keeps(self.oldest_removed, epoch, needed_after) {
+            self.removed.retain(|_, e| keeps(*e, epoch, needed_after));
+            self.oldest_removed = self.removed.values().copied().min().unwrap_or(epoch);
+        }
+    }
+
     /// Remembers that `key` was removed in `epoch`, first forgetting removals no delta can
     /// need any more.
     ///
@@ -71,10 +82,7 @@ impl<K: Key, E> Group<K, E> {
         if epoch <= needed_after {
             return;
         }
-        if !self.removed.is_empty() && !keeps(self.oldest_removed, epoch, needed_after) {
-            self.removed.retain(|_, e| keeps(*e, epoch, needed_after));
-            self.oldest_removed = self.removed.values().copied().min().unwrap_or(epoch);
-        }
+        self.prune(epoch, needed_after);
         if self.removed.is_empty() {
             self.oldest_removed = epoch;
         }
@@ -108,6 +116,140 @@ fn unshare<K: Key, E: Clone>(
     Arc::get_mut(slot).expect("a group just copied is not shared")
 }
 
+/// A change made to a key while a snapshot shared its key group's map (see [`Slot`]).
+enum Change<E> {
+    /// Set to this entry, last written in this epoch.
+    Set(E, u64),
+    /// Removed in this epoch.
+    Removed(u64),
+}
+
+/// A key group of the live table: its map, and the changes made while a snapshot shared it.
+///
+/// While an asynchronous snapshot holds `base`, a write does not copy the whole map: the key it
+/// writes gets its entry copied into `changes` (copy-on-write by entry), and reads look there
+/// first. Once no snapshot holds `base` any more, the next write to the key group — or the next
+/// snapshot — moves the changes into it: work in proportion to the keys written meanwhile, not
+/// to the state.
+// Invariant: a key in `changes` shadows its entry in `base`; `changes` is non-empty only while
+// `base` is, or was when they were made, shared with a snapshot.
+struct Slot<K, E> {
+    base: Arc<Group<K, E>>,
+    changes: HashMap<K, Change<E>>,
+}
+
+impl<K, E> Default for Slot<K, E> {
+    fn default() -> Self {
+        Slot::new(Arc::default())
+    }
+}
+
+impl<K, E> Slot<K, E> {
+    fn new(base: Arc<Group<K, E>>) -> Self {
+        Slot {
+            base,
+            changes: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Key, E: Clone> Slot<K, E> {
+    #[inline]
+    fn get(&self, key: &K) -> Option<&E> {
+        if !self.changes.is_empty() {
+            if let Some(change) = self.changes.get(key) {
+                return match change {
+                    Change::Set(e, _) => Some(e),
+                    Change::Removed(_) => None,
+                };
+            }
+        }
+        self.base.entries.get(key).map(|(e, _)| e)
+    }
+
+    /// Whether `base` can be written in place: no snapshot shares it. Moves pending changes
+    /// into it first.
+    #[inline]
+    fn settle(&mut self, epoch: u64, needed_after: u64) -> bool {
+        match Arc::get_mut(&mut self.base) {
+            Some(group) => {
+                if !self.changes.is_empty() {
+                    merge(group, &mut self.changes, epoch, needed_after);
+                } else {
+                    group.prune(epoch, needed_after);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `base`, after [`settle`](Self::settle) returned true.
+    #[inline]
+    fn direct(&mut self) -> &mut Group<K, E> {
+        Arc::get_mut(&mut self.base).expect("settled: no snapshot shares the group")
+    }
+
+    /// Makes `base` hold every change: moved in place, or into a copy if a snapshot still
+    /// shares it (a snapshot taken while the previous one is still being written).
+    fn consolidate(&mut self, epoch: u64, needed_after: u64) {
+        if self.changes.is_empty() {
+            return;
+        }
+        let group = unshare(&mut self.base, epoch, needed_after);
+        merge(group, &mut self.changes, epoch, needed_after);
+    }
+
+    /// The number of keys.
+    fn len(&self) -> usize {
+        let base = &self.base.entries;
+        let added = self.changes.iter().filter(|(k, c)| match c {
+            Change::Set(..) => !base.contains_key(*k),
+            Change::Removed(_) => false,
+        });
+        let removed = self.changes.iter().filter(|(k, c)| match c {
+            Change::Set(..) => false,
+            Change::Removed(_) => base.contains_key(*k),
+        });
+        base.len() + added.count() - removed.count()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&K, &E)> {
+        let changes = &self.changes;
+        self.base
+            .entries
+            .iter()
+            .filter(move |(k, _)| changes.is_empty() || !changes.contains_key(*k))
+            .map(|(k, (e, _))| (k, e))
+            .chain(changes.iter().filter_map(|(k, c)| match c {
+                Change::Set(e, _) => Some((k, e)),
+                Change::Removed(_) => None,
+            }))
+    }
+}
+
+/// Moves `changes` into `group` (which no snapshot shares), first forgetting the removals no
+/// delta taken in `epoch` or later can need.
+fn merge<K: Key, E>(
+    group: &mut Group<K, E>,
+    changes: &mut HashMap<K, Change<E>>,
+    epoch: u64,
+    needed_after: u64,
+) {
+    group.prune(epoch, needed_after);
+    for (key, change) in changes.drain() {
+        match change {
+            Change::Set(entry, written) => {
+                group.entries.insert(key, (entry, written));
+            }
+            Change::Removed(removed_in) => {
+                group.entries.remove(&key);
+                group.tombstone(key, removed_in, needed_after);
+            }
+        }
+    }
+}
+
 /// The per-key-group maps of one keyed state table, with copy-on-write snapshots.
 ///
 /// `E` is the stored entry type, `C` the codec that (de)serialises it (`C::Entry == E`). They are
@@ -117,7 +259,7 @@ pub(crate) struct KeyGroupedMap<K, E, C> {
     /// 0 until `init`.
     max_parallelism: u32,
     range: KeyGroupRange,
-    groups: Vec<Arc<Group<K, E>>>,
+    groups: Vec<Slot<K, E>>,
     /// Per key group, the epoch of its last write (see [`FrozenTable`]).
     last_modified: Vec<u64>,
     /// The number of snapshots taken so far (plus one after a restore).
@@ -160,7 +302,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         );
         self.max_parallelism = max_parallelism;
         self.range = range;
-        self.groups = range.iter().map(|_| Arc::default()).collect();
+        self.groups = range.iter().map(|_| Slot::default()).collect();
         self.last_modified = vec![self.epoch; range.len() as usize];
     }
 
@@ -179,18 +321,19 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     #[inline]
     pub(crate) fn get(&self, key: &CurrentKey<'_, K>) -> Option<&E> {
-        self.groups[self.index(key.key_group)]
-            .entries
-            .get(key.key)
-            .map(|(e, _)| e)
+        self.groups[self.index(key.key_group)].get(key.key)
     }
 
-    /// The key group for writing: marks it modified and copies it if a snapshot shares it.
+    /// The key group for writing: marks it modified and moves pending changes into its map if
+    /// no snapshot shares it any more. Returns the slot and whether its map can be written in
+    /// place.
     #[inline]
-    fn group_for_write(&mut self, key_group: u32) -> &mut Group<K, E> {
+    fn slot_for_write(&mut self, key_group: u32) -> (&mut Slot<K, E>, bool) {
         let i = self.index(key_group);
         self.last_modified[i] = self.epoch;
-        unshare(&mut self.groups[i], self.epoch, self.removals_needed_after)
+        let slot = &mut self.groups[i];
+        let direct = slot.settle(self.epoch, self.removals_needed_after);
+        (slot, direct)
     }
 
     /// The checkpoint whose snapshot of this table was taken in `epoch` completed: every delta
@@ -211,34 +354,56 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// Mutable access to an existing entry; a missing key neither copies nor dirties the group.
     #[inline]
     pub(crate) fn get_mut(&mut self, key: &CurrentKey<'_, K>) -> Option<&mut E> {
-        let i = self.index(key.key_group);
-        let slot = &mut self.groups[i];
-        if Arc::get_mut(slot).is_none() && !slot.entries.contains_key(key.key) {
-            return None;
-        }
+        self.get(key)?;
         let epoch = self.epoch;
-        let entry = unshare(slot, epoch, self.removals_needed_after)
-            .entries
-            .get_mut(key.key)?;
-        self.last_modified[i] = epoch;
-        entry.1 = epoch;
-        Some(&mut entry.0)
+        let (slot, direct) = self.slot_for_write(key.key_group);
+        if direct {
+            let entry = slot.direct().entries.get_mut(key.key)?;
+            entry.1 = epoch;
+            return Some(&mut entry.0);
+        }
+        let Slot { base, changes } = slot;
+        let change = match changes.raw_entry_mut().from_key(key.key) {
+            RawEntryMut::Occupied(o) => o.into_mut(),
+            RawEntryMut::Vacant(v) => {
+                let (e, _) = base.entries.get(key.key)?;
+                v.insert(key.key.clone(), Change::Set(e.clone(), epoch)).1
+            }
+        };
+        match change {
+            Change::Set(e, written) => {
+                *written = epoch;
+                Some(e)
+            }
+            Change::Removed(_) => None,
+        }
     }
 
-    /// Sets the entry of `key`, cloning the key only if it is new; returns the old entry.
+    /// Sets the entry of `key`, cloning the key only if it is new.
     #[inline]
-    pub(crate) fn insert(&mut self, key: &CurrentKey<'_, K>, entry: E) -> Option<E> {
+    pub(crate) fn insert(&mut self, key: &CurrentKey<'_, K>, entry: E) {
         let epoch = self.epoch;
-        match self
-            .group_for_write(key.key_group)
-            .entries
-            .raw_entry_mut()
-            .from_key(key.key)
-        {
-            RawEntryMut::Occupied(mut o) => Some(o.insert((entry, epoch)).0),
+        let (slot, direct) = self.slot_for_write(key.key_group);
+        let map_entry = if direct {
+            match slot.direct().entries.raw_entry_mut().from_key(key.key) {
+                RawEntryMut::Occupied(mut o) => {
+                    o.insert((entry, epoch));
+                    return;
+                }
+                RawEntryMut::Vacant(v) => {
+                    v.insert(key.key.clone(), (entry, epoch));
+                    return;
+                }
+            }
+        } else {
+            slot.changes.raw_entry_mut().from_key(key.key)
+        };
+        match map_entry {
+            RawEntryMut::Occupied(mut o) => {
+                o.insert(Change::Set(entry, epoch));
+            }
             RawEntryMut::Vacant(v) => {
-                v.insert(key.key.clone(), (entry, epoch));
-                None
+                v.insert(key.key.clone(), Change::Set(entry, epoch));
             }
         }
     }
@@ -251,17 +416,36 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         default: impl FnOnce() -> E,
     ) -> &mut E {
         let epoch = self.epoch;
-        let entry = match self
-            .group_for_write(key.key_group)
-            .entries
-            .raw_entry_mut()
-            .from_key(key.key)
-        {
+        let (slot, direct) = self.slot_for_write(key.key_group);
+        if direct {
+            let entry = match slot.direct().entries.raw_entry_mut().from_key(key.key) {
+                RawEntryMut::Occupied(o) => o.into_mut(),
+                RawEntryMut::Vacant(v) => v.insert(key.key.clone(), (default(), epoch)).1,
+            };
+            entry.1 = epoch;
+            return &mut entry.0;
+        }
+        let Slot { base, changes } = slot;
+        let mut default = Some(default);
+        let change = match changes.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(o) => o.into_mut(),
-            RawEntryMut::Vacant(v) => v.insert(key.key.clone(), (default(), epoch)).1,
+            RawEntryMut::Vacant(v) => {
+                let entry = match base.entries.get(key.key) {
+                    Some((e, _)) => e.clone(),
+                    None => (default.take().expect("not used before"))(),
+                };
+                v.insert(key.key.clone(), Change::Set(entry, epoch)).1
+            }
         };
-        entry.1 = epoch;
-        &mut entry.0
+        if let Change::Removed(_) = change {
+            let d = default.take().expect("not used when the key had no change");
+            *change = Change::Set(d(), epoch);
+        }
+        let Change::Set(e, written) = change else {
+            unreachable!("the change was just set")
+        };
+        *written = epoch;
+        e
     }
 
     /// Replaces the entry of `key` by `f(old)`: `None` in or out means absent.
@@ -272,35 +456,74 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         f: impl FnOnce(Option<E>) -> Option<E>,
     ) {
         let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
-        let group = self.group_for_write(key.key_group);
-        match group.entries.raw_entry_mut().from_key(key.key) {
-            RawEntryMut::Occupied(o) => {
-                let mut removed = false;
-                o.replace_entry_with(|_, (old, _)| {
-                    let new = f(Some(old));
-                    removed = new.is_none();
-                    new.map(|e| (e, epoch))
-                });
-                if removed {
-                    group.tombstone(key.key.clone(), epoch, needed_after);
+        let (slot, direct) = self.slot_for_write(key.key_group);
+        if direct {
+            let group = slot.direct();
+            match group.entries.raw_entry_mut().from_key(key.key) {
+                RawEntryMut::Occupied(o) => {
+                    let mut removed = false;
+                    o.replace_entry_with(|_, (old, _)| {
+                        let new = f(Some(old));
+                        removed = new.is_none();
+                        new.map(|e| (e, epoch))
+                    });
+                    if removed {
+                        group.tombstone(key.key.clone(), epoch, needed_after);
+                    }
+                }
+                RawEntryMut::Vacant(v) => {
+                    if let Some(new) = f(None) {
+                        v.insert(key.key.clone(), (new, epoch));
+                    }
                 }
             }
-            RawEntryMut::Vacant(v) => {
-                if let Some(new) = f(None) {
-                    v.insert(key.key.clone(), (new, epoch));
-                }
-            }
+            return;
         }
+        let Slot { base, changes } = slot;
+        let (current, removed_before) = match changes.remove(key.key) {
+            Some(Change::Set(e, _)) => (Some(e), None),
+            Some(Change::Removed(removed_in)) => (None, Some(removed_in)),
+            None => (base.entries.get(key.key).map(|(e, _)| e.clone()), None),
+        };
+        let existed = current.is_some();
+        let change = match (f(current), removed_before) {
+            (Some(new), _) => Change::Set(new, epoch),
+            (None, _) if existed => Change::Removed(epoch),
+            (None, Some(removed_in)) => Change::Removed(removed_in),
+            (None, None) => return,
+        };
+        changes.insert(key.key.clone(), change);
     }
 
     /// Removes `key`; a missing key neither copies nor dirties the group.
     pub(crate) fn remove(&mut self, key: &CurrentKey<'_, K>) -> Option<E> {
         self.get(key)?;
         let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
-        let group = self.group_for_write(key.key_group);
-        let (k, (entry, _)) = group.entries.remove_entry(key.key)?;
-        group.tombstone(k, epoch, needed_after);
-        Some(entry)
+        let (slot, direct) = self.slot_for_write(key.key_group);
+        if direct {
+            let group = slot.direct();
+            let (k, (entry, _)) = group.entries.remove_entry(key.key)?;
+            group.tombstone(k, epoch, needed_after);
+            return Some(entry);
+        }
+        let Slot { base, changes } = slot;
+        match changes.raw_entry_mut().from_key(key.key) {
+            RawEntryMut::Occupied(mut o) => {
+                match std::mem::replace(o.get_mut(), Change::Removed(epoch)) {
+                    Change::Set(e, _) => Some(e),
+                    // Not reached: `get` found the key.
+                    Change::Removed(removed_in) => {
+                        *o.get_mut() = Change::Removed(removed_in);
+                        None
+                    }
+                }
+            }
+            RawEntryMut::Vacant(v) => {
+                let entry = base.entries.get(key.key)?.0.clone();
+                v.insert(key.key.clone(), Change::Removed(epoch));
+                Some(entry)
+            }
+        }
     }
 
     /// Applies `f` to the entry of `key` if it exists and `applies(entry)`, then drops the key if
@@ -315,37 +538,56 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             return None;
         }
         let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
-        let group = self.group_for_write(key.key_group);
-        match group.entries.raw_entry_mut().from_key(key.key) {
-            RawEntryMut::Occupied(mut o) => {
-                let entry = o.get_mut();
-                entry.1 = epoch;
-                let result = f(&mut entry.0);
-                if C::is_empty(&o.get().0) {
-                    let (k, _) = o.remove_entry();
-                    group.tombstone(k, epoch, needed_after);
+        let (slot, direct) = self.slot_for_write(key.key_group);
+        if direct {
+            let group = slot.direct();
+            return match group.entries.raw_entry_mut().from_key(key.key) {
+                RawEntryMut::Occupied(mut o) => {
+                    let entry = o.get_mut();
+                    entry.1 = epoch;
+                    let result = f(&mut entry.0);
+                    if C::is_empty(&o.get().0) {
+                        let (k, _) = o.remove_entry();
+                        group.tombstone(k, epoch, needed_after);
+                    }
+                    Some(result)
                 }
-                Some(result)
-            }
-            RawEntryMut::Vacant(_) => None,
+                RawEntryMut::Vacant(_) => None,
+            };
         }
+        let Slot { base, changes } = slot;
+        let change = match changes.raw_entry_mut().from_key(key.key) {
+            RawEntryMut::Occupied(o) => o.into_mut(),
+            RawEntryMut::Vacant(v) => {
+                let (e, _) = base.entries.get(key.key)?;
+                v.insert(key.key.clone(), Change::Set(e.clone(), epoch)).1
+            }
+        };
+        let Change::Set(e, written) = change else {
+            return None;
+        };
+        *written = epoch;
+        let result = f(e);
+        if C::is_empty(e) {
+            *change = Change::Removed(epoch);
+        }
+        Some(result)
     }
 
-    /// The number of keys, summed over key groups: O(number of key groups).
+    /// The number of keys, summed over key groups: O(number of key groups), plus the keys
+    /// written while a snapshot was being written.
     pub(crate) fn len(&self) -> usize {
-        self.groups.iter().map(|g| g.entries.len()).sum()
+        self.groups.iter().map(Slot::len).sum()
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &E)> {
-        self.groups
-            .iter()
-            .flat_map(|g| g.entries.iter().map(|(k, (e, _))| (k, e)))
+        self.groups.iter().flat_map(Slot::iter)
     }
 
     /// The number of removed keys remembered for deltas, summed over key groups.
     #[cfg(test)]
     pub(crate) fn tombstones_len(&self) -> usize {
-        self.groups.iter().map(|g| g.removed.len()).sum()
+        self.groups.iter().map(|s| s.base.removed.len()).sum()
     }
 
     /// The number of key groups whose map a snapshot still shares.
@@ -353,17 +595,31 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     pub(crate) fn groups_shared_count(&self) -> usize {
         self.groups
             .iter()
-            .filter(|g| Arc::strong_count(g) > 1)
+            .filter(|s| Arc::strong_count(&s.base) > 1)
             .count()
     }
 
+    /// The number of keys written while a snapshot shared their key group, not yet moved into
+    /// its map.
+    #[cfg(test)]
+    pub(crate) fn pending_changes(&self) -> usize {
+        self.groups.iter().map(|s| s.changes.len()).sum()
+    }
+
     /// The synchronous snapshot: clones one `Arc` per key group, then starts a new epoch.
+    ///
+    /// A key group still holding changes made while the previous snapshot was being written
+    /// first takes them into its map: in place once that snapshot let go of it (what it
+    /// usually has), else into a copy.
     pub(crate) fn freeze(&mut self) -> FrozenKeyGroups<K, E, C> {
+        for slot in &mut self.groups {
+            slot.consolidate(self.epoch, self.removals_needed_after);
+        }
         let frozen = FrozenKeyGroups {
             name: self.name.clone(),
             max_parallelism: self.max_parallelism,
             range: self.range,
-            groups: self.groups.clone(),
+            groups: self.groups.iter().map(|s| s.base.clone()).collect(),
             last_modified: self.last_modified.clone(),
             epoch: self.epoch,
             codec: PhantomData,
@@ -423,7 +679,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 *slot = Arc::new(group);
             }
         }
-        self.groups = restored;
+        self.groups = restored.into_iter().map(Slot::new).collect();
         self.last_modified.fill(self.epoch);
         self.epoch += 1;
         Ok(())
@@ -546,7 +802,7 @@ impl<K, E, C> FrozenKeyGroups<K, E, C> {
                 .groups
                 .iter()
                 .zip(&live.groups)
-                .all(|(a, b)| Arc::ptr_eq(a, b))
+                .all(|(a, b)| Arc::ptr_eq(a, &b.base))
     }
 }
 

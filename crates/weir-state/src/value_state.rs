@@ -155,6 +155,7 @@ where
 mod tests {
     use super::*;
     use crate::snapshot_format::encode_keyed_snapshot;
+    use std::collections::BTreeMap;
 
     const MP: u32 = 16;
 
@@ -236,9 +237,77 @@ mod tests {
         assert!(s.table.groups_shared_count() == 128);
         assert_eq!(frozen.num_entries(), 1_000_000);
 
-        // The first write to a key group copies that group only.
+        // A write while the snapshot is held copies the entry it writes, not its key group.
         s.set(&CurrentKey::new(&0, 128), 1);
-        assert_eq!(s.table.groups_shared_count(), 127);
+        assert_eq!(s.table.groups_shared_count(), 128);
+        assert_eq!(s.table.pending_changes(), 1);
+    }
+
+    #[test]
+    fn writes_while_a_snapshot_is_held_copy_entries_and_leave_the_snapshot_as_it_was() {
+        fn key(k: &u64) -> CurrentKey<'_, u64> {
+            CurrentKey::new(k, MP)
+        }
+        let mut s: ValueState<u64, u64> = ValueState::new("v");
+        s.init(MP, KeyGroupRange::new(0, MP));
+        for k in 0..1_000u64 {
+            s.set(&key(&k), k);
+        }
+        let frozen = s.table.freeze();
+        // Every kind of write, while the snapshot shares every key group.
+        for k in 0..100u64 {
+            s.set(&key(&k), k + 1_000); // overwrite
+        }
+        for k in 100..200u64 {
+            s.clear(&key(&k)); // remove
+        }
+        for k in 1_000..1_100u64 {
+            s.set(&key(&k), k); // new keys
+        }
+        for k in 1_050..1_100u64 {
+            s.clear(&key(&k)); // new, then removed
+        }
+        s.clear(&key(&150)); // removed twice
+        s.set(&key(&199), 7); // removed, then set again
+        *s.get_or_insert_with(&key(&200), || 0) += 1; // read-modify-write of an existing key
+        *s.get_or_insert_with(&key(&5_000), || 41) += 1; // of a new key
+        let expected: BTreeMap<u64, u64> = (0..100u64)
+            .map(|k| (k, k + 1_000))
+            .chain([(199, 7), (200, 201), (5_000, 42)])
+            .chain((201..1_000).map(|k| (k, k)))
+            .chain((1_000..1_050).map(|k| (k, k)))
+            .collect();
+        let live = |s: &ValueState<u64, u64>| -> BTreeMap<u64, u64> {
+            s.table.iter().map(|(k, v)| (*k, *v)).collect()
+        };
+        assert_eq!(live(&s), expected);
+        assert_eq!(s.len(), expected.len());
+        assert_eq!(s.get(&key(&150)), None);
+        assert_eq!(s.get(&key(&0)), Some(&1_000));
+        assert_eq!(
+            s.table.groups_shared_count(),
+            MP as usize,
+            "no key group was copied"
+        );
+
+        // The snapshot still holds the state as it was frozen.
+        let mut bytes = Vec::new();
+        for g in 0..MP {
+            frozen.encode_key_group(g, &mut bytes).unwrap();
+        }
+        assert_eq!(frozen.num_entries(), 1_000);
+
+        // Once the snapshot lets go, the next write moves its group's changes in place, and the
+        // next snapshot takes the rest.
+        drop(frozen);
+        s.set(&key(&0), 1_000);
+        assert!(s.table.pending_changes() > 0);
+        let next = s.table.freeze();
+        assert_eq!(s.table.pending_changes(), 0);
+        assert_eq!(next.num_entries(), expected.len());
+        assert_eq!(live(&s), expected);
+        // Removals made while shared are remembered for the next delta.
+        assert!(s.table.tombstones_len() >= 100);
     }
 
     #[test]
@@ -288,10 +357,12 @@ mod tests {
         let _pending = s.table.freeze(); // epoch 1: a delta since epoch 0 needs those removals
         assert_eq!(s.table.tombstones_len(), 1_000);
 
-        // The snapshot of epoch 1 completed: no delta is taken since an older one any more.
+        // The snapshot of epoch 1 completed (and let go of the state): no delta is taken since
+        // an older one any more.
         s.table.forget_removals_through(1);
+        drop(_pending);
         for k in 0..1_000u64 {
-            s.set(&CurrentKey::new(&k, MP), k); // the first write to each group copies it
+            s.set(&CurrentKey::new(&k, MP), k); // the first write to each group prunes them
         }
         assert_eq!(s.table.tombstones_len(), 0);
         // Removals after the confirmed snapshot are kept.

@@ -81,6 +81,44 @@ struct Pending {
     acked: bool,
 }
 
+/// A snapshot taken and not yet written: the worker holds its frozen tables while the task
+/// keeps writing.
+struct InFlight {
+    id: u64,
+    frozen: Vec<Box<dyn FrozenTable>>,
+    plan: KeyedSnapshotPlan,
+    contents: Contents,
+}
+
+/// The worker: encode, "write" the data file, record the chains.
+fn write_snapshot(
+    s: InFlight,
+    range: KeyGroupRange,
+    base: &IncrementalBase,
+    files: &mut HashMap<String, Vec<u8>>,
+) -> Pending {
+    let encoding = encode_incremental(&s.frozen, range, &s.plan).expect("encode");
+    let file = encoding.data.as_ref().map(|chunks| {
+        let data = chunks.concat();
+        let path = format!("shared/{}", s.id);
+        let (size, checksum) = (data.len() as u64, crc32c_of(&data));
+        files.insert(path.clone(), data);
+        Arc::new(SharedStateFile {
+            path,
+            size,
+            checksum,
+        })
+    });
+    let (chains, manifest) = encoding.finish(&s.plan, file).expect("finish");
+    base.record_written(&s.plan, chains);
+    Pending {
+        id: s.id,
+        manifest,
+        contents: s.contents,
+        acked: false,
+    }
+}
+
 fn restore(manifest: &[u8], files: &HashMap<String, Vec<u8>>, range: KeyGroupRange) -> Contents {
     let manifest = KeyedManifest::decode(manifest).expect("manifest decodes");
     let needed: HashMap<String, Vec<u8>> = manifest
@@ -127,8 +165,16 @@ proptest! {
             num_retained: 1,
         };
         let mut pending: Vec<Pending> = Vec::new();
+        // Written when the next step is not a write: writes meanwhile go on while the frozen
+        // tables are held, as they do while the worker encodes.
+        let mut in_flight: Vec<InFlight> = Vec::new();
         let mut next_id = 1;
         for step in steps {
+            if !matches!(step, Step::Write(_) | Step::Snapshot) {
+                for s in in_flight.drain(..) {
+                    pending.push(write_snapshot(s, range, &base, &mut store.files));
+                }
+            }
             match step {
                 Step::Write(ops) => {
                     for op in &ops {
@@ -140,20 +186,13 @@ proptest! {
                     let id = next_id;
                     next_id += 1;
                     let mut frozen = Vec::new();
+                    // Taken while the previous snapshot, if any, is still held.
                     live.snapshot(&mut frozen);
                     let plan = base.plan(id, &frozen);
-                    // The worker: encode, "write" the data file, record the chains.
-                    let encoding = encode_incremental(&frozen, range, &plan).expect("encode");
-                    let file = encoding.data.as_ref().map(|chunks| {
-                        let data = chunks.concat();
-                        let path = format!("shared/{id}");
-                        let (size, checksum) = (data.len() as u64, crc32c_of(&data));
-                        store.files.insert(path.clone(), data);
-                        Arc::new(SharedStateFile { path, size, checksum })
-                    });
-                    let (chains, manifest) = encoding.finish(&plan, file).expect("finish");
-                    base.record_written(&plan, chains);
-                    pending.push(Pending { id, manifest, contents: model.clone(), acked: false });
+                    for s in in_flight.drain(..) {
+                        pending.push(write_snapshot(s, range, &base, &mut store.files));
+                    }
+                    in_flight.push(InFlight { id, frozen, plan, contents: model.clone() });
                 }
                 Step::Ack => {
                     if let Some(p) = pending.iter_mut().find(|p| !p.acked) {
@@ -183,6 +222,8 @@ proptest! {
                     if notify { base.abort(id); }
                 }
             }
+            // The live tables read what was written, snapshots held or not.
+            prop_assert_eq!(&Contents::of(&live), &model);
             // Every retained checkpoint is intact and restores what it snapshotted.
             for (_, manifest, contents) in &store.retained {
                 prop_assert_eq!(&restore(manifest, &store.files, range), contents);

@@ -100,7 +100,7 @@ fn lead(ticks: &[Tick]) -> (i64, i64) {
         } else {
             fast = t;
         }
-        if slow >= 0 && slow < SLOW_LIMIT - 1 {
+        if (0..SLOW_LIMIT - 1).contains(&slow) {
             lead = lead.max(fast - slow);
         }
     }

@@ -184,6 +184,19 @@ impl<K: Key, E: Clone> Slot<K, E> {
         }
     }
 
+    /// The pending change of `key`: the one it has, or a new one copying its entry in `base`
+    /// (as written in `epoch`). `None` if `key` has neither.
+    #[inline]
+    fn change_of_existing(&mut self, key: &K, epoch: u64) -> Option<&mut Change<E>> {
+        Some(match self.changes.raw_entry_mut().from_key(key) {
+            RawEntryMut::Occupied(o) => o.into_mut(),
+            RawEntryMut::Vacant(v) => {
+                let (e, _) = self.base.entries.get(key)?;
+                v.insert(key.clone(), Change::Set(e.clone(), epoch)).1
+            }
+        })
+    }
+
     /// `base`, after [`settle`](Self::settle) returned true.
     #[inline]
     fn direct(&mut self) -> &mut Group<K, E> {
@@ -362,15 +375,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             entry.1 = epoch;
             return Some(&mut entry.0);
         }
-        let Slot { base, changes } = slot;
-        let change = match changes.raw_entry_mut().from_key(key.key) {
-            RawEntryMut::Occupied(o) => o.into_mut(),
-            RawEntryMut::Vacant(v) => {
-                let (e, _) = base.entries.get(key.key)?;
-                v.insert(key.key.clone(), Change::Set(e.clone(), epoch)).1
-            }
-        };
-        match change {
+        match slot.change_of_existing(key.key, epoch)? {
             Change::Set(e, written) => {
                 *written = epoch;
                 Some(e)
@@ -555,14 +560,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 RawEntryMut::Vacant(_) => None,
             };
         }
-        let Slot { base, changes } = slot;
-        let change = match changes.raw_entry_mut().from_key(key.key) {
-            RawEntryMut::Occupied(o) => o.into_mut(),
-            RawEntryMut::Vacant(v) => {
-                let (e, _) = base.entries.get(key.key)?;
-                v.insert(key.key.clone(), Change::Set(e.clone(), epoch)).1
-            }
-        };
+        let change = slot.change_of_existing(key.key, epoch)?;
         let Change::Set(e, written) = change else {
             return None;
         };

@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use weir_checkpoint::AckMetrics;
 use weir_core::{CheckpointId, HandleKind, KeyGroupRange, StateHandle, SubtaskId, SubtaskState};
-use weir_state::{encode_incremental, KeyedSnapshotPlan, SharedStateFile};
+use weir_state::{encode_incremental, Chain, KeyedSnapshotPlan, SharedStateFile};
 use weir_storage::{CheckpointLayout, CheckpointStorage};
 
 use crate::control::CoordinatorMessage;
@@ -244,19 +244,7 @@ fn persist_incremental(
     let new_shared = written.first().map(|h| h.path.clone());
     let mut handles = vec![manifest_handle];
     handles.extend(written);
-    for chain in chains.iter().flatten() {
-        for blob in chain.iter() {
-            if !handles.iter().any(|h| h.path == blob.file.path) {
-                handles.push(StateHandle {
-                    path: blob.file.path.clone(),
-                    size: blob.file.size,
-                    checksum: blob.file.checksum,
-                    kind,
-                    shared: true,
-                });
-            }
-        }
-    }
+    add_chained_files(&mut handles, &chains, kind);
     plan.base.record_written(plan, chains);
     let state_size = handles.iter().map(|h| h.size).sum();
     Ok((
@@ -267,6 +255,22 @@ fn persist_incremental(
         },
         new_shared,
     ))
+}
+
+/// Adds to `handles` a shared handle for every file the chains of an incremental snapshot
+/// reference that `handles` does not hold yet: what a subtask acknowledges besides its manifest.
+pub fn add_chained_files(handles: &mut Vec<StateHandle>, chains: &[Vec<Chain>], kind: HandleKind) {
+    for blob in chains.iter().flatten().flat_map(|chain| chain.iter()) {
+        if !handles.iter().any(|h| h.path == blob.file.path) {
+            handles.push(StateHandle {
+                path: blob.file.path.clone(),
+                size: blob.file.size,
+                checksum: blob.file.checksum,
+                kind,
+                shared: true,
+            });
+        }
+    }
 }
 
 /// A number that makes a shared file's name unique even if a checkpoint id were reused.

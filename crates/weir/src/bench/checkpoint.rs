@@ -349,19 +349,7 @@ fn checkpoint(
                 .map_err(|e| e.to_string())?;
             storage_secs += t.elapsed().as_secs_f64();
             let written_bytes = manifest.size + shared.iter().map(|h| h.size).sum::<u64>();
-            for chain in chains.iter().flatten() {
-                for blob in chain.iter() {
-                    if !shared.iter().any(|h| h.path == blob.file.path) {
-                        shared.push(StateHandle {
-                            path: blob.file.path.clone(),
-                            size: blob.file.size,
-                            checksum: blob.file.checksum,
-                            kind,
-                            shared: true,
-                        });
-                    }
-                }
-            }
+            weir_runtime::snapshot::add_chained_files(&mut shared, &chains, kind);
             plan.base.record_written(&plan, chains);
             Ok((
                 Written {

@@ -42,11 +42,10 @@ pub(crate) struct Listed {
 pub(crate) struct ObjectIo {
     store: Arc<dyn ObjectStore>,
     prefix: String,
-    /// Whether errors may be transient (a remote store) and worth retrying.
-    remote: bool,
     /// How paths are shown in errors: the job root's location.
     display_root: String,
-    /// The directory of a local store: large files are read from it around the page cache.
+    /// The directory of a local store (large files are read from it around the page cache);
+    /// `None` for a remote store, whose errors may be transient and are worth retrying.
     local_dir: Option<PathBuf>,
 }
 
@@ -54,14 +53,12 @@ impl ObjectIo {
     pub fn new(
         store: Arc<dyn ObjectStore>,
         prefix: String,
-        remote: bool,
         display_root: String,
         local_dir: Option<PathBuf>,
     ) -> Self {
         ObjectIo {
             store,
             prefix,
-            remote,
             display_root,
             local_dir,
         }
@@ -107,7 +104,7 @@ impl ObjectIo {
         loop {
             match runtime().block_on(op()) {
                 Ok(v) => return Ok(v),
-                Err(e) if self.remote && attempt < ATTEMPTS && is_transient(&e) => {
+                Err(e) if self.local_dir.is_none() && attempt < ATTEMPTS && is_transient(&e) => {
                     tracing::warn!(path = %self.display(relative), attempt, error = %e, "object store error; retrying");
                     std::thread::sleep(backoff);
                     backoff *= 2;

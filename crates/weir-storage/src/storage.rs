@@ -96,7 +96,7 @@ impl CheckpointStorage {
             Location::Local(dir) => Some(dir.clone()),
             _ => None,
         };
-        let io = ObjectIo::new(store, prefix, root.is_remote(), root.to_string(), local_dir);
+        let io = ObjectIo::new(store, prefix, root.to_string(), local_dir);
         Ok(CheckpointStorage { io, root })
     }
 

@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use weir_core::config::{Config, ConfigError};
+use weir_core::Data;
 use weir_runtime::graph::{Edge, JobGraph, Node, NodeFactory, NodeRole};
 use weir_runtime::operator::SourceFunction;
 use weir_runtime::JobError;
@@ -70,7 +71,7 @@ impl StreamEnv {
     /// Adds a parallel source. `name` is also its uid unless `.uid()` says otherwise.
     pub fn source<T, S>(&self, name: &str, source: S) -> DataStream<T>
     where
-        T: Clone + Send + 'static,
+        T: Data,
         S: SourceFunction<T> + Clone + Send,
     {
         let node = self.add_node(

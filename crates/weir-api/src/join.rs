@@ -28,6 +28,7 @@
 //! assert!(env.build().is_ok());
 //! ```
 
+use weir_core::Data;
 use weir_runtime::channel::Either;
 use weir_runtime::graph::{
     keyed_writers, left_channels, one_input_factory, right_channels, NodeRole,
@@ -64,7 +65,7 @@ pub struct IntervalJoin<A, B, K, KA, KB, TA, TB> {
 
 impl<A, K, KA> KeyedStream<A, K, KA>
 where
-    A: Clone + Send + 'static,
+    A: Data,
     K: Key,
     KA: Fn(&A) -> K + Clone + Send + Sync + 'static,
 {
@@ -116,8 +117,8 @@ fn connect_both<A, B, K, KA, KB>(
     right: KeyedStream<B, K, KB>,
     node: usize,
 ) where
-    A: Clone + Send + 'static,
-    B: Clone + Send + 'static,
+    A: Data,
+    B: Data,
     K: Key,
     KA: Fn(&A) -> K + Clone + Send + Sync + 'static,
     KB: Fn(&B) -> K + Clone + Send + Sync + 'static,
@@ -149,7 +150,7 @@ where
     /// The inner join: `f(a, b)` for every pair of records of a key in the same window.
     pub fn apply<O, F>(self, name: &str, f: F) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         F: FnMut(&A, &B) -> O + Clone + Send + Sync + 'static,
     {
         self.co_group_with(name, InnerJoin(f))
@@ -159,7 +160,7 @@ where
     /// side.
     pub fn co_group<O, F>(self, name: &str, f: F) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         F: FnMut(&K, TimeWindow, WindowElements<'_, A>, WindowElements<'_, B>, &mut Vec<O>)
             + Clone
             + Send
@@ -172,7 +173,7 @@ where
     /// Runs any [`CoGroupFunction`] per key and window.
     pub fn co_group_with<O, C>(self, name: &str, function: C) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         C: CoGroupFunction<K, A, B, O>,
     {
         let (ka, kb) = (self.left.key.clone(), self.right.key.clone());
@@ -233,7 +234,7 @@ where
     /// `f(a, b)` for every matching pair, emitted as soon as its second record arrives.
     pub fn process<O, F>(self, name: &str, f: F) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         F: FnMut(&A, &B) -> O + Clone + Send + Sync + 'static,
     {
         let op = IntervalJoinOperator::new(

@@ -83,7 +83,7 @@ pub mod prelude {
         KeyedStream, OutputTag, SlidingEventTimeWindows, StreamEnv, TimeWindow,
         TumblingEventTimeWindows, VecSource, WatermarkStrategy, WindowElements, WindowResult,
     };
-    pub use weir_core::CheckpointId;
+    pub use weir_core::{CheckpointId, Data};
     pub use weir_runtime::channel::Either;
     pub use weir_runtime::operators::{
         CoProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction, SinkFunction,

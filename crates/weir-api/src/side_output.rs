@@ -23,6 +23,7 @@
 
 use std::any::TypeId;
 use std::marker::PhantomData;
+use weir_core::Data;
 use weir_runtime::side_output::side_half;
 
 use crate::stream::DataStream;
@@ -60,10 +61,10 @@ impl<T: 'static> OutputTag<T> {
     }
 }
 
-impl<T: Clone + Send + 'static> DataStream<T> {
+impl<T: Data> DataStream<T> {
     /// The side output `tag` of the operator that produced this stream. The job fails to build
     /// if that operator has no such side output.
-    pub fn side_output<U: Clone + Send + 'static>(&self, tag: &OutputTag<U>) -> DataStream<U> {
+    pub fn side_output<U: Data>(&self, tag: &OutputTag<U>) -> DataStream<U> {
         let node = self.last_node("side_output()").unwrap_or(usize::MAX);
         let registered = self.env.inner.borrow().side_outputs.get(&node).cloned();
         match registered {
@@ -89,8 +90,8 @@ impl<T: Clone + Send + 'static> DataStream<T> {
 
 impl<A, B> DataStream<weir_runtime::channel::Either<A, B>>
 where
-    A: Clone + Send + 'static,
-    B: Clone + Send + 'static,
+    A: Data,
+    B: Data,
 {
     /// Splits a stream of `Either` into its left and right records, at the writers of the
     /// operator that produced it: no operator is added, and each record goes only to the

@@ -2,6 +2,7 @@
 //! graph and an edge from the stream's node(s) to it.
 
 use std::marker::PhantomData;
+use weir_core::Data;
 use weir_runtime::channel::Either;
 use weir_runtime::graph::{
     direct_channels, keyed_writers, left_channels, one_input_factory, plain_writers,
@@ -45,7 +46,7 @@ impl<T> Clone for DataStream<T> {
     }
 }
 
-impl<T: Clone + Send + 'static> DataStream<T> {
+impl<T: Data> DataStream<T> {
     pub(crate) fn new(env: StreamEnv, nodes: Vec<usize>) -> DataStream<T> {
         let adapters = vec![None; nodes.len()];
         DataStream {
@@ -147,7 +148,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
         op: Op,
     ) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         Op: weir_runtime::OneInputOperator<T, O> + Clone,
     {
         let node = self
@@ -165,7 +166,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     /// Transforms every record.
     pub fn map<U, F>(self, name: &str, f: F) -> DataStream<U>
     where
-        U: Clone + Send + 'static,
+        U: Data,
         F: FnMut(T) -> U + Clone + Send + Sync + 'static,
     {
         self.then(name, NodeRole::Operator, false, MapOperator(f))
@@ -182,7 +183,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     /// Turns every record into zero or more records.
     pub fn flat_map<U, It, F>(self, name: &str, f: F) -> DataStream<U>
     where
-        U: Clone + Send + 'static,
+        U: Data,
         It: IntoIterator<Item = U> + 'static,
         F: FnMut(T) -> It + Clone + Send + Sync + 'static,
     {
@@ -211,10 +212,7 @@ impl<T: Clone + Send + 'static> DataStream<T> {
     }
 
     /// Joins two streams into one two-input operator.
-    pub fn connect<U: Clone + Send + 'static>(
-        self,
-        other: DataStream<U>,
-    ) -> ConnectedStreams<T, U> {
+    pub fn connect<U: Data>(self, other: DataStream<U>) -> ConnectedStreams<T, U> {
         ConnectedStreams {
             left: self,
             right: other,
@@ -258,14 +256,14 @@ pub struct KeyedStream<T, K, KF> {
 
 impl<T, K, KF> KeyedStream<T, K, KF>
 where
-    T: Clone + Send + 'static,
+    T: Data,
     K: Key,
     KF: Fn(&T) -> K + Clone + Send + Sync + 'static,
 {
     /// Runs a keyed process function with keyed state.
     pub fn process<O, F>(self, name: &str, function: F) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         F: KeyedProcessFunction<K, T, O>,
     {
         let op = KeyedProcessOperator::new(function, self.key.clone());
@@ -314,7 +312,7 @@ where
         other: KeyedStream<U, K, KF2>,
     ) -> KeyedConnectedStreams<T, U, K, KF, KF2>
     where
-        U: Clone + Send + 'static,
+        U: Data,
         KF2: Fn(&U) -> K + Clone + Send + Sync + 'static,
     {
         KeyedConnectedStreams {
@@ -330,10 +328,10 @@ pub struct ConnectedStreams<A, B> {
     right: DataStream<B>,
 }
 
-impl<A: Clone + Send + 'static, B: Clone + Send + 'static> ConnectedStreams<A, B> {
+impl<A: Data, B: Data> ConnectedStreams<A, B> {
     pub fn process<O, F>(self, name: &str, function: F) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         F: CoProcessFunction<A, B, O>,
     {
         let env = self.left.env.clone();
@@ -363,15 +361,15 @@ pub struct KeyedConnectedStreams<A, B, K, KA, KB> {
 
 impl<A, B, K, KA, KB> KeyedConnectedStreams<A, B, K, KA, KB>
 where
-    A: Clone + Send + 'static,
-    B: Clone + Send + 'static,
+    A: Data,
+    B: Data,
     K: Key,
     KA: Fn(&A) -> K + Clone + Send + Sync + 'static,
     KB: Fn(&B) -> K + Clone + Send + Sync + 'static,
 {
     pub fn process<O, F>(self, name: &str, function: F) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         F: KeyedCoProcessFunction<K, A, B, O>,
     {
         let env = self.left.stream.env.clone();

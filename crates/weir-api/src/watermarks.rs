@@ -30,6 +30,7 @@
 //! ```
 
 use std::time::Duration;
+use weir_core::Data;
 use weir_runtime::graph::NodeRole;
 use weir_runtime::operator::SourceFunction;
 use weir_runtime::watermark::{
@@ -50,7 +51,7 @@ impl StreamEnv {
         strategy: WatermarkStrategy<G>,
     ) -> DataStream<T>
     where
-        T: Clone + Send + 'static,
+        T: Data,
         S: SourceFunction<T> + Clone + Send,
         G: WatermarkGenerator<T>,
     {
@@ -64,7 +65,7 @@ impl StreamEnv {
     }
 }
 
-impl<T: Clone + Send + 'static> DataStream<T> {
+impl<T: Data> DataStream<T> {
     /// Reads event time with `timestamp` (milliseconds) and emits watermarks allowing records
     /// up to `max_out_of_orderness` out of order, replacing the watermarks from upstream.
     pub fn assign_timestamps_and_watermarks<F>(

@@ -20,6 +20,7 @@
 //! ```
 
 use std::time::Duration;
+use weir_core::Data;
 use weir_runtime::channel::Either;
 use weir_runtime::graph::{direct_channels, keyed_writers, one_input_factory, NodeRole};
 use weir_runtime::operators::window::{
@@ -71,7 +72,7 @@ pub struct WindowedStream<T, K, KF, TF> {
 
 impl<T, K, KF> KeyedStream<T, K, KF>
 where
-    T: Clone + Send + 'static,
+    T: Data,
     K: Key,
     KF: Fn(&T) -> K + Clone + Send + Sync + 'static,
 {
@@ -95,7 +96,7 @@ where
 
 impl<T, K, KF, TF> WindowedStream<T, K, KF, TF>
 where
-    T: Clone + Send + 'static,
+    T: Data,
     K: Key,
     KF: Fn(&T) -> K + Clone + Send + Sync + 'static,
     TF: Fn(&T) -> i64 + Clone + Send + Sync + 'static,
@@ -137,7 +138,7 @@ where
     pub fn process<O, P>(self, name: &str, function: P) -> DataStream<O>
     where
         T: Value,
-        O: Clone + Send + 'static,
+        O: Data,
         P: ProcessWindowFunction<K, T, O>,
     {
         self.build(name, Buffering(function))
@@ -146,7 +147,7 @@ where
     /// Adds the window operator running `function` and connects the keyed stream into it.
     pub(crate) fn build<O, W>(self, name: &str, function: W) -> DataStream<O>
     where
-        O: Clone + Send + 'static,
+        O: Data,
         W: WindowFunction<K, T, O>,
     {
         let WindowedStream {

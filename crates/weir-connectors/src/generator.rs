@@ -8,7 +8,7 @@
 use weir_runtime::{OperatorContext, SourceFunction, SourceStatus, TaskError};
 
 /// One generated event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Event {
     pub user: u64,
     pub amount: u64,

@@ -34,7 +34,7 @@ fn all_events() -> Vec<Event> {
 /// Runs `query` over the events and returns what its exactly-once sink committed.
 fn run<O, Q>(name: &str, query: Q) -> Vec<O>
 where
-    O: Clone + Send + 'static,
+    O: weir_core::Data,
     Q: FnOnce(DataStream<Event>) -> DataStream<O>,
 {
     run_failing(name, query, None).0
@@ -44,7 +44,7 @@ where
 /// returns how many times the job restarted.
 fn run_failing<O, Q>(name: &str, query: Q, failures: Option<(&[&str], f64)>) -> (Vec<O>, u32)
 where
-    O: Clone + Send + 'static,
+    O: weir_core::Data,
     Q: FnOnce(DataStream<Event>) -> DataStream<O>,
 {
     let dir = tempfile::tempdir().unwrap();

@@ -32,7 +32,7 @@ pub enum WatermarkStatus {
 }
 
 /// One element of a channel. Records always travel in batches.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub enum Element<T> {
     Records(Vec<T>),
     /// Event-time watermark, milliseconds: the producer will send no record with an earlier
@@ -44,3 +44,10 @@ pub enum Element<T> {
     /// The producer will send nothing more on this channel.
     EndOfInput,
 }
+
+/// What a stream's records must be: cloneable (a broadcast or a side output copies them),
+/// sendable to another thread, and serialisable, so that a channel between two processes can
+/// carry them (serde; the wire format is postcard). Every type that meets the bounds is `Data`.
+pub trait Data: Clone + Send + Serialize + serde::de::DeserializeOwned + 'static {}
+
+impl<T: Clone + Send + Serialize + serde::de::DeserializeOwned + 'static> Data for T {}

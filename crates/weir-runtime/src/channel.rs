@@ -10,7 +10,7 @@ use weir_core::Element;
 use crate::error::TaskError;
 
 /// The record type of a two-input operator's channels: which input a batch came from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum Either<A, B> {
     Left(A),
     Right(B),

@@ -10,7 +10,9 @@ pub const STATES: [&str; 3] = ["OR", "ID", "CA"];
 pub const CATEGORY: u64 = 10;
 
 /// A result of q3.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct LocalItem {
     pub name: String,
     pub city: String,

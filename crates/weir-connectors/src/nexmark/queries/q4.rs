@@ -12,7 +12,9 @@ use weir_api::prelude::*;
 use crate::nexmark::model::{Auction, Bid, Event};
 
 /// The running result of q4 for one category: `total / count` is its average closing price.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct CategoryAverage {
     pub category: u64,
     /// The sum of the closing prices of the category's auctions closed so far (cents).

@@ -12,7 +12,9 @@ use std::time::Duration;
 use weir_runtime::operators::window::Count;
 
 /// A result of q5: one of the auctions with the most bids in `window`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct HotItem {
     pub window: TimeWindow,
     pub auction: u64,

@@ -15,7 +15,7 @@ use std::time::Duration;
 pub const BUCKETS: u64 = 1024;
 
 /// A result of q7: one of the bids with the highest price in `window`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct HighestBid {
     pub window: TimeWindow,
     pub bid: Bid,

@@ -8,7 +8,9 @@ use crate::nexmark::model::Event;
 use std::time::Duration;
 
 /// A result of q8.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct NewSeller {
     pub id: u64,
     pub name: String,

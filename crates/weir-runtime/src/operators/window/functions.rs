@@ -29,7 +29,7 @@ use crate::error::TaskError;
 /// accumulators of panes or merged sessions are merged.
 pub trait AggregateFunction<T>: Clone + Send + Sync + 'static {
     type Acc: Value;
-    type Out: Clone + Send + 'static;
+    type Out: weir_core::Data;
     fn create_accumulator(&self) -> Self::Acc;
     fn add(&self, acc: &mut Self::Acc, value: T);
     /// Adds `other`'s contents to `acc` (as if its records had been added to `acc`).
@@ -135,7 +135,7 @@ where
 }
 
 /// The result of a window for one key.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct WindowResult<K, R> {
     pub key: K,
     pub window: TimeWindow,
@@ -314,7 +314,7 @@ where
 
 /// Where a window operator's results and late records go: the operator's output type.
 pub trait LatePolicy<O, L>: Clone + Send + Sync + 'static {
-    type Out: Clone + Send + 'static;
+    type Out: weir_core::Data;
     fn result(result: O) -> Self::Out;
     /// A record too late for every window it belongs to.
     fn late(record: L) -> Option<Self::Out>;
@@ -324,7 +324,7 @@ pub trait LatePolicy<O, L>: Clone + Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DropLate;
 
-impl<O: Clone + Send + 'static, L> LatePolicy<O, L> for DropLate {
+impl<O: weir_core::Data, L> LatePolicy<O, L> for DropLate {
     type Out = O;
     #[inline]
     fn result(result: O) -> O {
@@ -339,7 +339,7 @@ impl<O: Clone + Send + 'static, L> LatePolicy<O, L> for DropLate {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LateToSideOutput;
 
-impl<O: Clone + Send + 'static, L: Clone + Send + 'static> LatePolicy<O, L> for LateToSideOutput {
+impl<O: weir_core::Data, L: weir_core::Data> LatePolicy<O, L> for LateToSideOutput {
     type Out = Either<O, L>;
     #[inline]
     fn result(result: O) -> Either<O, L> {

@@ -6,7 +6,7 @@ use weir_core::{Barrier, CheckpointId, CheckpointKind, SubtaskId, SubtaskState};
 use crate::handle::Drain;
 
 /// A message to one subtask's task loop. Handled between batches, never inside one.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum TaskControl {
     /// Sources only: start checkpoint `barrier`. With `finish`, the source emits nothing after
     /// the barrier and ends its input: the job stops with this as its final checkpoint; with
@@ -53,7 +53,7 @@ pub enum CoordinatorMessage {
     /// A new attempt of the job is deployed: its subtasks' control channels.
     NewAttempt {
         attempt: u32,
-        controls: std::collections::HashMap<SubtaskId, crossbeam_channel::Sender<TaskControl>>,
+        controls: std::collections::HashMap<SubtaskId, ControlSender>,
     },
     JobStatus(JobStatus),
     /// Take a checkpoint or savepoint now (a savepoint into `target`, or the configured
@@ -84,8 +84,29 @@ pub enum CoordinatorMessage {
     },
 }
 
+/// How the coordinator's driver and the executor reach one subtask's task loop: directly in
+/// this process, or through the connection to the task manager that runs it.
+#[derive(Clone, Debug)]
+pub enum ControlSender {
+    Local(crossbeam_channel::Sender<TaskControl>),
+    Remote {
+        subtask: SubtaskId,
+        to: crossbeam_channel::Sender<(SubtaskId, TaskControl)>,
+    },
+}
+
+impl ControlSender {
+    /// Sends `control`; false if the subtask (or its task manager's connection) is gone.
+    pub fn send(&self, control: TaskControl) -> bool {
+        match self {
+            ControlSender::Local(tx) => tx.send(control).is_ok(),
+            ControlSender::Remote { subtask, to } => to.send((*subtask, control)).is_ok(),
+        }
+    }
+}
+
 /// What the executor hears about the job.
-#[derive(Debug)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum JobEvent {
     /// A bounded source has no more input and waits for the final checkpoint.
     SourceExhausted(SubtaskId),

@@ -10,36 +10,99 @@ use std::time::Instant;
 use weir_core::{KeyGroupRange, SubtaskId};
 use weir_storage::CheckpointStorage;
 
-use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
+use crate::control::{ControlSender, CoordinatorMessage, JobEvent, TaskControl};
 use crate::error::{JobError, TaskError};
 use crate::executor::ExecutionConfig;
 use crate::graph::{Erased, JobGraph, NodeRole};
 use crate::metrics::SubtaskMetrics;
 use crate::operator::{OperatorContext, RestoredState};
+use crate::remote::{ChannelKey, Network};
 use crate::restore::subtask_state;
 use crate::snapshot::SnapshotWorkers;
 use crate::task::TaskRuntime;
 
-pub(crate) struct Deployed {
-    pub(crate) attempt: u32,
-    pub(crate) metrics: Vec<(SubtaskId, usize, u32, Arc<SubtaskMetrics>)>,
-    pub(crate) uids: HashMap<SubtaskId, String>,
-    pub(crate) threads: Vec<(SubtaskId, JoinHandle<()>)>,
-    pub(crate) controls: HashMap<SubtaskId, Sender<TaskControl>>,
-    pub(crate) source_metrics: Vec<Arc<SubtaskMetrics>>,
-    pub(crate) sources: Vec<SubtaskId>,
-    pub(crate) all: Vec<SubtaskId>,
+/// One deployed attempt of a job, as the executor supervises it.
+pub struct Deployed {
+    pub attempt: u32,
+    pub metrics: Vec<(SubtaskId, usize, u32, Arc<SubtaskMetrics>)>,
+    pub uids: HashMap<SubtaskId, String>,
+    /// The threads of the subtasks that run in this process.
+    pub threads: Vec<(SubtaskId, JoinHandle<()>)>,
+    pub controls: HashMap<SubtaskId, ControlSender>,
+    pub source_metrics: Vec<Arc<SubtaskMetrics>>,
+    pub sources: Vec<SubtaskId>,
+    pub all: Vec<SubtaskId>,
+    /// Subtasks in other processes (cluster mode): waits until they have all stopped.
+    pub remote: Option<Box<dyn RemoteAttempt>>,
+}
+
+/// The part of an attempt that runs in other processes.
+pub trait RemoteAttempt: Send {
+    /// Waits until every remote subtask of the attempt has stopped (or its process is gone).
+    fn wait_stopped(self: Box<Self>);
+}
+
+/// Where an attempt's state comes from.
+#[derive(Clone, Copy)]
+pub struct Restore<'a> {
+    pub storage: &'a CheckpointStorage,
+    pub metadata: &'a weir_storage::CheckpointMetadata,
+    /// The savepoint's directory, when the state comes from a savepoint.
+    pub savepoint: Option<&'a std::path::Path>,
+}
+
+/// Deploys the attempts of a job: as threads of this process ([`LocalDeployer`]), or on the
+/// task managers of a cluster.
+pub trait Deployer {
+    #[allow(clippy::too_many_arguments)]
+    fn deploy(
+        &mut self,
+        graph: &JobGraph,
+        config: &ExecutionConfig,
+        restore: Option<Restore<'_>>,
+        attempt: u32,
+        coordinator: &Sender<CoordinatorMessage>,
+        events: &Sender<JobEvent>,
+        workers: &SnapshotWorkers,
+    ) -> Result<Deployed, JobError>;
+}
+
+/// Every subtask in this process (local mode).
+pub struct LocalDeployer;
+
+impl Deployer for LocalDeployer {
+    fn deploy(
+        &mut self,
+        graph: &JobGraph,
+        config: &ExecutionConfig,
+        restore: Option<Restore<'_>>,
+        attempt: u32,
+        coordinator: &Sender<CoordinatorMessage>,
+        events: &Sender<JobEvent>,
+        workers: &SnapshotWorkers,
+    ) -> Result<Deployed, JobError> {
+        deploy(
+            graph,
+            config,
+            restore,
+            attempt,
+            coordinator,
+            events,
+            workers,
+            None,
+        )
+    }
 }
 
 impl Deployed {
-    pub(crate) fn uid(&self, subtask: SubtaskId) -> String {
+    pub fn uid(&self, subtask: SubtaskId) -> String {
         self.uids
             .get(&subtask)
             .cloned()
             .unwrap_or_else(|| subtask.operator.to_string())
     }
 
-    pub(crate) fn source_records(&self) -> u64 {
+    pub fn source_records(&self) -> u64 {
         self.source_metrics.iter().map(|m| m.records_out()).sum()
     }
 }
@@ -47,16 +110,19 @@ impl Deployed {
 /// Reads the state of every subtask of `graph` from `metadata`, in the order of the graph's
 /// nodes and their subtasks, on a few threads at once: the files of a large state are read
 /// side by side (each read waits on the disk), then each subtask decodes its own in its thread.
-/// The first error in that order is returned.
+/// Only the subtasks that run in this process are read. The first error in that order is
+/// returned.
 fn read_states(
     graph: &JobGraph,
     storage: &CheckpointStorage,
     metadata: &weir_storage::CheckpointMetadata,
+    is_local: &dyn Fn(SubtaskId) -> bool,
 ) -> Result<Vec<RestoredState>, JobError> {
     let subtasks: Vec<(&crate::graph::Node, u32)> = graph
         .nodes
         .iter()
         .flat_map(|node| (0..node.parallelism).map(move |index| (node, index)))
+        .filter(|(node, index)| is_local(SubtaskId::new(node.id(), *index)))
         .collect();
     let readers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -95,18 +161,22 @@ fn read_states(
     results.into_iter().map(|(_, r)| r).collect()
 }
 
-/// Creates every channel, writer and subtask of one attempt, and starts the subtask threads.
+/// Creates every channel, writer and subtask of one attempt that runs in this process, and
+/// starts the subtask threads. With a `network` (cluster mode), only the subtasks it calls
+/// local are deployed here, and their channels to and from other processes go over it.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn deploy(
+pub fn deploy(
     graph: &JobGraph,
     config: &ExecutionConfig,
-    restore: Option<(&CheckpointStorage, &weir_storage::CheckpointMetadata)>,
+    restore: Option<Restore<'_>>,
     attempt: u32,
     coordinator: &Sender<CoordinatorMessage>,
     events: &Sender<JobEvent>,
     workers: &SnapshotWorkers,
+    network: Option<&dyn Network>,
 ) -> Result<Deployed, JobError> {
     let n = graph.nodes.len();
+    let is_local = |s: SubtaskId| network.is_none_or(|net| net.is_local(s));
     let mut inputs: Vec<Vec<Vec<Erased>>> = graph
         .nodes
         .iter()
@@ -116,19 +186,44 @@ pub(crate) fn deploy(
         .iter()
         .map(|subtasks| subtasks.iter().map(|_| Vec::new()).collect())
         .collect();
-    for edge in &graph.edges {
+    for (edge_index, edge) in graph.edges.iter().enumerate() {
         let partition = graph.resolved_partition(edge);
-        let consumers = graph.nodes[edge.to].parallelism as usize;
+        let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
+        let consumers = to.parallelism as usize;
         for (i, producer_outputs) in outputs[edge.from].iter_mut().enumerate() {
+            let producer = SubtaskId::new(from.id(), i as u32);
             let targets = match partition {
                 crate::partition::Partition::Forward => i..i + 1,
                 _ => 0..consumers,
             };
             let mut channels = Vec::with_capacity(targets.len());
             for j in targets {
-                let (sink, receiver) = (edge.channel)(config.channel_capacity);
-                channels.push(sink);
-                inputs[edge.to][j].push(receiver);
+                let consumer = SubtaskId::new(to.id(), j as u32);
+                let key = ChannelKey {
+                    edge: edge_index as u32,
+                    producer: i as u32,
+                    consumer: j as u32,
+                };
+                match (network, is_local(producer), is_local(consumer)) {
+                    (_, true, true) => {
+                        let (sink, receiver) = (edge.channel.local)(config.channel_capacity);
+                        channels.push(sink);
+                        inputs[edge.to][j].push(receiver);
+                    }
+                    (Some(net), true, false) => {
+                        channels.push((edge.channel.remote_out)(net.outgoing(key, consumer)?));
+                    }
+                    (Some(net), false, true) => {
+                        let (decoder, input) = (edge.channel.remote_in)(config.channel_capacity);
+                        let credit =
+                            net.incoming(key, producer, config.channel_capacity, decoder)?;
+                        inputs[edge.to][j].push(input(credit));
+                    }
+                    _ => {}
+                }
+            }
+            if !is_local(producer) {
+                continue;
             }
             let writer = (edge.writer)(
                 partition,
@@ -150,12 +245,13 @@ pub(crate) fn deploy(
         source_metrics: Vec::new(),
         sources: Vec::new(),
         all: Vec::new(),
+        remote: None,
     };
     let mut bodies = Vec::new();
     let restore_start = Instant::now();
     let alignment = crate::alignment::AlignmentGroups::default();
     let mut restored_states = match restore {
-        Some((storage, metadata)) => read_states(graph, storage, metadata)?,
+        Some(r) => read_states(graph, r.storage, r.metadata, &is_local)?,
         None => Vec::new(),
     }
     .into_iter();
@@ -163,6 +259,9 @@ pub(crate) fn deploy(
         let uid: Arc<str> = Arc::from(node.uid.as_str());
         for index in 0..node.parallelism {
             let subtask = SubtaskId::new(node.id(), index);
+            if !is_local(subtask) {
+                continue;
+            }
             let key_groups =
                 KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
             let restored = restored_states.next().unwrap_or_default();
@@ -204,7 +303,9 @@ pub(crate) fn deploy(
             let body = (node.factory)(ins, outs, rt).map_err(|e| {
                 JobError::InvalidJob(format!("cannot build '{}' subtask {index}: {e}", node.uid))
             })?;
-            deployed.controls.insert(subtask, control_tx);
+            deployed
+                .controls
+                .insert(subtask, ControlSender::Local(control_tx));
             deployed.uids.insert(subtask, node.uid.clone());
             deployed
                 .metrics
@@ -217,7 +318,7 @@ pub(crate) fn deploy(
             bodies.push((subtask, format!("{}#{index}", node.uid), body));
         }
     }
-    if let Some((_, metadata)) = restore {
+    if let Some(Restore { metadata, .. }) = restore {
         let bytes = metadata.checkpoint.state_size();
         let ms = restore_start.elapsed().as_millis() as u64;
         let rate = bytes as f64 / 1e6 / (ms.max(1) as f64 / 1000.0);
@@ -278,15 +379,18 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// Sends `control` (Shutdown or Cancel) to every subtask and waits for all of them.
 pub(crate) fn shut_down(deployed: Deployed, control: TaskControl) {
     for tx in deployed.controls.values() {
-        let _ = tx.send(control.clone());
+        tx.send(control.clone());
     }
     for (_, t) in deployed.threads {
         let _ = t.join();
     }
+    if let Some(remote) = deployed.remote {
+        remote.wait_stopped();
+    }
 }
 
 /// The subtasks of the graph: (sources, all).
-pub(crate) fn subtask_ids(graph: &JobGraph) -> (Vec<SubtaskId>, Vec<SubtaskId>) {
+pub fn subtask_ids(graph: &JobGraph) -> (Vec<SubtaskId>, Vec<SubtaskId>) {
     let mut sources = Vec::new();
     let mut all = Vec::new();
     for node in &graph.nodes {

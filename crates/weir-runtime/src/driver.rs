@@ -39,7 +39,7 @@ struct Driver {
     counter: Box<dyn CheckpointIdCounter>,
     storage: CheckpointStorage,
     clock: Arc<dyn Clock>,
-    controls: HashMap<SubtaskId, Sender<TaskControl>>,
+    controls: HashMap<SubtaskId, crate::control::ControlSender>,
     events: Sender<JobEvent>,
     /// The request of the stop in progress (final checkpoint or savepoint), if any: only its
     /// own checkpoint ends the sources.
@@ -453,7 +453,7 @@ impl Driver {
 
     fn send(&self, subtask: SubtaskId, control: TaskControl) {
         if let Some(tx) = self.controls.get(&subtask) {
-            let _ = tx.send(control);
+            tx.send(control);
         }
     }
 }

@@ -12,7 +12,7 @@ use weir_core::{CheckpointId, Clock, JobId, SystemClock};
 use weir_storage::{CheckpointStorage, OperatorMetadata};
 
 use crate::control::{CoordinatorMessage, TaskControl};
-use crate::deploy::{deploy, shut_down, subtask_ids};
+use crate::deploy::{shut_down, subtask_ids, Deployer, LocalDeployer, Restore};
 use crate::driver::{spawn_driver, DriverSetup};
 use crate::error::JobError;
 use crate::graph::JobGraph;
@@ -165,7 +165,19 @@ pub fn execute_job(
     handle: &JobHandle,
     progress: &mut dyn FnMut(&JobProgress),
 ) -> Result<JobSummary, JobError> {
-    let result = run_job(graph, config, handle, progress);
+    execute_with(graph, config, handle, progress, &mut LocalDeployer)
+}
+
+/// Like [`execute_job`], with the attempts deployed by `deployer` (in cluster mode: on the
+/// task managers). Everything else — the coordinator, restarts, recovery — is the same code.
+pub fn execute_with(
+    graph: &JobGraph,
+    config: &ExecutionConfig,
+    handle: &JobHandle,
+    progress: &mut dyn FnMut(&JobProgress),
+    deployer: &mut dyn Deployer,
+) -> Result<JobSummary, JobError> {
+    let result = run_job(graph, config, handle, progress, deployer);
     match &result {
         Ok(summary) if summary.cancelled => handle.set_status(JobStatus::Cancelled),
         Ok(_) => handle.set_status(JobStatus::Finished),
@@ -182,6 +194,7 @@ fn run_job(
     config: &ExecutionConfig,
     handle: &JobHandle,
     progress: &mut dyn FnMut(&JobProgress),
+    deployer: &mut dyn Deployer,
 ) -> Result<JobSummary, JobError> {
     let stop = handle.stop_handle();
     graph.validate()?;
@@ -286,13 +299,23 @@ fn run_job(
     let mut attempt = 0;
     let mut cancelled = false;
     let result = loop {
-        let deployed = match deploy(
+        let restore = match (&restore_from, &savepoint) {
+            (Some(metadata), _) => Some(Restore {
+                storage: &storage,
+                metadata,
+                savepoint: None,
+            }),
+            (None, Some((storage, metadata))) => Some(Restore {
+                storage,
+                metadata,
+                savepoint: config.from_savepoint.as_deref(),
+            }),
+            (None, None) => None,
+        };
+        let deployed = match deployer.deploy(
             graph,
             config,
-            restore_from
-                .as_ref()
-                .map(|m| (&storage, m))
-                .or(savepoint.as_ref().map(|(s, m)| (s, m))),
+            restore,
             attempt,
             &coordinator_tx,
             &events_tx,

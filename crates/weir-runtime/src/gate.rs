@@ -64,6 +64,9 @@ pub struct InputGate<T> {
     /// The second half of a valve output that produced two events.
     pending: Option<GateEvent<T>>,
     next: usize,
+    /// Per channel, for a channel from another process: grants its producer a credit for each
+    /// element taken out of the queue.
+    credits: Vec<Option<crate::remote::CreditReturn>>,
 }
 
 impl<T> InputGate<T> {
@@ -86,7 +89,19 @@ impl<T> InputGate<T> {
             valve: WatermarkValve::new(n),
             pending: None,
             next: 0,
+            credits: Vec::new(),
         }
+    }
+
+    /// Gives the gate the credit returns of its remote channels (in channel order; `None` for
+    /// an in-process channel).
+    pub fn with_credit_returns(
+        mut self,
+        credits: Vec<Option<crate::remote::CreditReturn>>,
+    ) -> InputGate<T> {
+        debug_assert!(credits.is_empty() || credits.len() == self.channels.len());
+        self.credits = credits;
+        self
     }
 
     fn readable(&self, i: usize) -> bool {
@@ -137,6 +152,9 @@ impl<T> InputGate<T> {
                 },
             };
             self.next = (i + 1) % n.max(1);
+            if let Some(Some(credit)) = self.credits.get(i) {
+                credit();
+            }
             if let Some(event) = self.on_element(i, element) {
                 return Ok(event);
             }

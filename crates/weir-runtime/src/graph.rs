@@ -2,19 +2,21 @@
 //! between them. Types are erased here so that one graph can hold operators of any record
 //! types; they are recovered once, at deployment, never per record.
 
-use crossbeam_channel::Receiver;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use weir_core::{Element, OperatorId};
+use weir_core::{Data, OperatorId};
 use weir_state::StableHash;
 
-use crate::channel::{self, ChannelSink};
+use crate::channel::{self, ChannelSink, Either};
 use crate::error::{JobError, TaskError};
 use crate::gate::InputGate;
 use crate::operator::{OneInputOperator, SourceFunction};
 use crate::output::Output;
 use crate::partition::{BroadcastWriter, EdgeWriter, HashWriter, Partition, RoundRobinWriter};
+use crate::remote::{
+    remote_receiver, remote_sink, CreditReturn, FrameDecoder, FrameWriter, InputChannel,
+};
 use crate::task::{run_one_input, run_source, TaskRuntime};
 
 /// A type-erased value whose type the graph's factories know.
@@ -27,8 +29,23 @@ pub type SubtaskBody = Box<dyn FnOnce() -> Result<(), TaskError> + Send>;
 pub type NodeFactory =
     Arc<dyn Fn(Vec<Erased>, Vec<Erased>, TaskRuntime) -> Result<SubtaskBody, String> + Send + Sync>;
 
-/// Makes one channel of an edge: (producer's `Box<dyn ChannelSink<T>>`, consumer's receiver).
-pub type ChannelFactory = Arc<dyn Fn(usize) -> (Erased, Erased) + Send + Sync>;
+/// Makes the channels of an edge, typed by its records: in-process ones, and the two ends of
+/// one to or from another process (cluster mode).
+#[derive(Clone)]
+pub struct ChannelFactory {
+    /// An in-process channel of the given capacity: (producer's `Box<dyn ChannelSink<T>>`,
+    /// consumer's [`InputChannel`]).
+    pub local: Arc<dyn Fn(usize) -> (Erased, Erased) + Send + Sync>,
+    /// The producer's end of a channel to another process, sending through the frame writer.
+    pub remote_out: Arc<dyn Fn(Box<dyn FrameWriter>) -> Erased + Send + Sync>,
+    /// The consumer's end of a channel from another process, with a queue of the given
+    /// capacity: the decoder that fills it, and what makes the [`InputChannel`] once the
+    /// network says how credits go back.
+    pub remote_in: Arc<dyn Fn(usize) -> (FrameDecoder, RemoteInput) + Send + Sync>,
+}
+
+/// Completes a remote input channel with its credit return.
+pub type RemoteInput = Box<dyn FnOnce(CreditReturn) -> Erased + Send>;
 
 /// Makes a producer subtask's writer for an edge from its channels (one per consumer subtask
 /// it talks to): `(partition, channels, producer index, max parallelism, batch size)`.
@@ -137,10 +154,10 @@ fn writers<T: 'static>(outputs: Vec<Erased>) -> Result<Vec<Box<dyn EdgeWriter<T>
         .collect()
 }
 
-fn receivers<I: 'static>(inputs: Vec<Erased>) -> Result<Vec<Receiver<Element<I>>>, String> {
+fn receivers<I: 'static>(inputs: Vec<Erased>) -> Result<Vec<InputChannel<I>>, String> {
     inputs
         .into_iter()
-        .map(|i| downcast::<Receiver<Element<I>>>(i, "an input channel"))
+        .map(|i| downcast::<InputChannel<I>>(i, "an input channel"))
         .collect()
 }
 
@@ -172,7 +189,12 @@ where
 {
     let template = Mutex::new(operator);
     Arc::new(move |inputs, outputs, rt: TaskRuntime| {
-        let gate = InputGate::new(receivers::<I>(inputs)?, rt.control.clone(), rt.mode);
+        let (channels, credits) = receivers::<I>(inputs)?
+            .into_iter()
+            .map(|c| (c.receiver, c.credit))
+            .unzip();
+        let gate =
+            InputGate::new(channels, rt.control.clone(), rt.mode).with_credit_returns(credits);
         let out = Output::new(writers::<O>(outputs)?, rt.batch_size);
         let op = template
             .lock()
@@ -183,27 +205,66 @@ where
 }
 
 /// Channels for an edge whose producer emits `T` into a consumer reading `T`.
-pub fn direct_channels<T: Send + 'static>() -> ChannelFactory {
-    Arc::new(|capacity| {
-        let (sink, rx) = channel::direct::<T>(capacity);
-        (Box::new(sink) as Erased, Box::new(rx) as Erased)
-    })
+pub fn direct_channels<T: Data>() -> ChannelFactory {
+    ChannelFactory {
+        local: Arc::new(|capacity| {
+            let (sink, rx) = channel::direct::<T>(capacity);
+            (
+                Box::new(sink) as Erased,
+                Box::new(InputChannel::local(rx)) as Erased,
+            )
+        }),
+        remote_out: Arc::new(|writer| Box::new(remote_sink::<T>(writer)) as Erased),
+        remote_in: Arc::new(|capacity| remote_input::<T, T>(capacity, crate::remote::same)),
+    }
 }
 
 /// Channels into the left input of a two-input consumer of `Either<A, B>`.
-pub fn left_channels<A: Send + 'static, B: Send + 'static>() -> ChannelFactory {
-    Arc::new(|capacity| {
-        let (sink, rx) = channel::left::<A, B>(capacity);
-        (Box::new(sink) as Erased, Box::new(rx) as Erased)
-    })
+pub fn left_channels<A: Data, B: Data>() -> ChannelFactory {
+    ChannelFactory {
+        local: Arc::new(|capacity| {
+            let (sink, rx) = channel::left::<A, B>(capacity);
+            (
+                Box::new(sink) as Erased,
+                Box::new(InputChannel::local(rx)) as Erased,
+            )
+        }),
+        remote_out: Arc::new(|writer| Box::new(remote_sink::<A>(writer)) as Erased),
+        remote_in: Arc::new(|capacity| {
+            remote_input::<A, Either<A, B>>(capacity, crate::remote::left)
+        }),
+    }
 }
 
 /// Channels into the right input of a two-input consumer of `Either<A, B>`.
-pub fn right_channels<A: Send + 'static, B: Send + 'static>() -> ChannelFactory {
-    Arc::new(|capacity| {
-        let (sink, rx) = channel::right::<A, B>(capacity);
-        (Box::new(sink) as Erased, Box::new(rx) as Erased)
-    })
+pub fn right_channels<A: Data, B: Data>() -> ChannelFactory {
+    ChannelFactory {
+        local: Arc::new(|capacity| {
+            let (sink, rx) = channel::right::<A, B>(capacity);
+            (
+                Box::new(sink) as Erased,
+                Box::new(InputChannel::local(rx)) as Erased,
+            )
+        }),
+        remote_out: Arc::new(|writer| Box::new(remote_sink::<B>(writer)) as Erased),
+        remote_in: Arc::new(|capacity| {
+            remote_input::<B, Either<A, B>>(capacity, crate::remote::right)
+        }),
+    }
+}
+
+fn remote_input<T: Data, U: Send + 'static>(
+    capacity: usize,
+    wrap: fn(T) -> U,
+) -> (FrameDecoder, RemoteInput) {
+    let (rx, decoder) = remote_receiver::<T, U>(capacity, wrap);
+    let complete = move |credit: CreditReturn| {
+        Box::new(InputChannel {
+            receiver: rx,
+            credit: Some(credit),
+        }) as Erased
+    };
+    (decoder, Box::new(complete))
 }
 
 fn sinks<T: 'static>(channels: Vec<Erased>) -> Vec<Box<dyn ChannelSink<T>>> {

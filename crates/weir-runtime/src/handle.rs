@@ -46,7 +46,7 @@ pub enum RequestStatus {
 }
 
 /// What a stop with savepoint does with event time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Drain {
     /// Windows and timers still pending stay in the savepoint, to fire after a restore.
     #[default]

@@ -19,7 +19,7 @@
 pub mod alignment;
 pub mod channel;
 pub mod control;
-mod deploy;
+pub mod deploy;
 pub mod driver;
 pub mod error;
 pub mod executor;
@@ -32,6 +32,7 @@ pub mod operator;
 pub mod operators;
 pub mod output;
 pub mod partition;
+pub mod remote;
 pub mod restart;
 pub mod restore;
 pub mod side_output;
@@ -44,8 +45,8 @@ pub mod watermark_valve;
 
 pub use error::{JobError, TaskError};
 pub use executor::{
-    execute, execute_job, ClaimMode, ExecutionConfig, JobProgress, JobSummary, LastCheckpoint,
-    StopHandle,
+    execute, execute_job, execute_with, ClaimMode, ExecutionConfig, JobProgress, JobSummary,
+    LastCheckpoint, StopHandle,
 };
 pub use handle::{Drain, JobHandle, RequestStatus};
 pub use operator::{OneInputOperator, OperatorContext, SourceFunction, SourceStatus};

@@ -117,6 +117,9 @@ pub const OPTIONS: &[(&str, &str)] = &[
         "high-availability.zookeeper.client.connection-timeout",
         "15 s",
     ),
+    ("heartbeat.interval", "1 s (cluster mode)"),
+    ("heartbeat.timeout", "10 s (cluster mode)"),
+    ("slot.request.timeout", "5 min (cluster mode)"),
 ];
 
 /// A flat map of option keys to string values, validated on the way in.

@@ -34,6 +34,12 @@ pub fn backpressured_ns() -> u64 {
     BACKPRESSURED_NS.with(|c| c.get())
 }
 
+/// Counts `ns` of waiting (for room in a channel, or for credit from a remote consumer) as the
+/// calling subtask thread's back-pressure.
+pub fn add_backpressure(ns: u64) {
+    BACKPRESSURED_NS.with(|c| c.set(c.get() + ns));
+}
+
 /// Sends without waiting when the consumer has room; otherwise waits, and counts the wait as
 /// back-pressure. Once per batch, never per record.
 fn send_counting_backpressure<T>(
@@ -45,8 +51,7 @@ fn send_counting_backpressure<T>(
         Err(crossbeam_channel::TrySendError::Full(element)) => {
             let start = std::time::Instant::now();
             let sent = sender.send(element).map_err(|_| TaskError::ChannelClosed);
-            let waited = start.elapsed().as_nanos() as u64;
-            BACKPRESSURED_NS.with(|c| c.set(c.get() + waited));
+            add_backpressure(start.elapsed().as_nanos() as u64);
             sent
         }
         Err(crossbeam_channel::TrySendError::Disconnected(_)) => Err(TaskError::ChannelClosed),

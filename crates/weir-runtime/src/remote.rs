@@ -30,10 +30,15 @@ pub struct ChannelKey {
     pub consumer: u32,
 }
 
+/// Bytes a frame writer may fill in front of each frame's payload (its header), so that a frame
+/// goes out in one write without a copy.
+pub const FRAME_HEADER: usize = 17;
+
 /// The producer's end of one remote channel: sends one frame, waiting for a credit first.
 pub trait FrameWriter: Send {
     /// Blocks until the consumer granted a credit (the wait counts as back-pressure), then
-    /// sends `frame`. Fails once the connection is gone or the attempt was cancelled.
+    /// sends `frame`: [`FRAME_HEADER`] bytes for the writer to fill, then the payload. Fails
+    /// once the connection is gone or the attempt was cancelled.
     fn write(&mut self, frame: Vec<u8>) -> Result<(), TaskError>;
 }
 
@@ -89,7 +94,7 @@ struct RemoteSink<T> {
 
 impl<T: Data> ChannelSink<T> for RemoteSink<T> {
     fn send(&self, element: Element<T>) -> Result<(), TaskError> {
-        let frame = postcard::to_allocvec(&element).map_err(|e| {
+        let frame = postcard::to_extend(&element, vec![0u8; FRAME_HEADER]).map_err(|e| {
             TaskError::user(format!("cannot serialise a batch for the network: {e}"))
         })?;
         // Uncontended: only the producer's own task loop sends on its channel.
@@ -181,7 +186,7 @@ mod tests {
         sink.send(Element::EndOfInput).unwrap();
         let (rx, mut decode) = remote_receiver::<(String, u64), Either<(String, u64), u8>>(4, left);
         for frame in &wire.lock().unwrap().0 {
-            decode(frame).unwrap();
+            decode(&frame[FRAME_HEADER..]).unwrap();
         }
         match rx.try_recv().unwrap() {
             Element::Records(b) => {

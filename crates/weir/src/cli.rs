@@ -27,7 +27,13 @@ impl Cli {
     pub fn log_level(&self) -> &'static str {
         match self.verbose {
             // A job run logs its restarts; the demo keeps its terminal for the progress line.
-            0 if matches!(self.command, Command::Run(_)) => "info",
+            0 if matches!(
+                self.command,
+                Command::Run(_) | Command::Jobmanager(_) | Command::Taskmanager(_)
+            ) =>
+            {
+                "info"
+            }
             0 => "warn",
             1 => "info",
             _ => "debug",
@@ -58,6 +64,11 @@ pub enum Command {
     Stop(crate::jobs::StopArgs),
     /// Cancel a running job (no final checkpoint), through its REST API.
     Cancel(crate::jobs::JobCommandArgs),
+    /// Run a job on a cluster: this process coordinates, task managers run the subtasks
+    /// (`weir jobmanager -- run wordcount …`).
+    Jobmanager(crate::cluster::JobManagerArgs),
+    /// Offer slots for a job manager's job: run the subtasks it places here.
+    Taskmanager(crate::cluster::TaskManagerArgs),
 }
 
 /// Options every job run shares.

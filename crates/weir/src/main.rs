@@ -9,6 +9,7 @@ mod bench_nexmark;
 mod bench_suite;
 mod checkpoints;
 mod cli;
+mod cluster;
 mod demo;
 mod jobs;
 mod progress;
@@ -46,6 +47,8 @@ fn main() -> ExitCode {
         cli::Command::Savepoint(args) => jobs::savepoint(args),
         cli::Command::Stop(args) => jobs::stop(args),
         cli::Command::Cancel(args) => jobs::cancel(args),
+        cli::Command::Jobmanager(args) => cluster::job_manager(args),
+        cli::Command::Taskmanager(args) => cluster::task_manager(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

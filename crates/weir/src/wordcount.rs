@@ -6,7 +6,8 @@ use std::sync::Arc;
 use weir_api::prelude::*;
 use weir_connectors::file_source::check_input;
 use weir_connectors::{CommittingFileSink, FileSource, SinkMode};
-use weir_runtime::{execute_job, JobHandle, StopHandle};
+use weir_runtime::deploy::{Deployer, LocalDeployer};
+use weir_runtime::{execute_with, JobHandle, StopHandle};
 
 use crate::cli::WordcountArgs;
 use crate::demo::execution_config;
@@ -38,7 +39,15 @@ impl KeyedProcessFunction<String, String, (String, u64)> for WordCount {
     }
 }
 
-pub fn run(args: WordcountArgs) -> Result<(), CliError> {
+/// The wordcount job built from its flags, and its count of skipped lines.
+pub struct Wordcount {
+    pub graph: weir_runtime::graph::JobGraph,
+    pub exec: weir_runtime::ExecutionConfig,
+    skipped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Builds the job from its flags. Every process of a cluster calls this with the same flags.
+pub fn build(args: &WordcountArgs) -> Result<Wordcount, CliError> {
     if args.job.checkpoint_dir.is_none() {
         return Err(CliError::usage("wordcount needs --checkpoint-dir DIR"));
     }
@@ -82,13 +91,31 @@ pub fn run(args: WordcountArgs) -> Result<(), CliError> {
             CommittingFileSink::new(&args.output, format, mode),
         );
     let graph = env.build()?;
+    Ok(Wordcount {
+        graph,
+        exec,
+        skipped,
+    })
+}
 
+pub fn run(args: WordcountArgs) -> Result<(), CliError> {
+    run_on(args, &mut LocalDeployer)
+}
+
+/// Runs the job with its attempts deployed by `deployer`: in this process, or on a cluster's
+/// task managers (`weir jobmanager -- run wordcount …`).
+pub fn run_on(args: WordcountArgs, deployer: &mut dyn Deployer) -> Result<(), CliError> {
+    let Wordcount {
+        graph,
+        exec,
+        skipped,
+    } = build(&args)?;
     let stop = StopHandle::new();
     let on_interrupt = stop.clone();
     let _ = ctrlc::set_handler(move || on_interrupt.stop());
     let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
     let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
-    let summary = execute_job(&graph, &exec, &handle, &mut |_| {});
+    let summary = execute_with(&graph, &exec, &handle, &mut |_| {}, deployer);
     served.finish();
     let summary = summary?;
     let secs = summary.elapsed.as_secs_f64();

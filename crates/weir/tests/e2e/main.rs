@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod chaos;
+mod cluster;
 mod common;
 mod demo;
 mod kill_and_resume;

@@ -1,0 +1,587 @@
+//! The data plane: record batches, watermarks and barriers between task managers, over TCP,
+//! with credit-based flow control.
+//!
+//! Each task manager listens on one data port. For each attempt of the job, a task manager
+//! that produces into subtasks of another opens one connection to it and multiplexes every
+//! channel between the two over it. A frame is a header (type, channel, length) and a payload:
+//! one postcard-encoded element — a batch, a watermark, a barrier, the end of input.
+//!
+//! Credits: the consumer grants each channel as many credits as its queue holds, and one more
+//! each time its gate takes an element out of the queue; the producer spends one per frame and
+//! waits when it has none. Back-pressure thus crosses the network per channel — a slow
+//! consumer holds back only the channels into it, never the connection — and a barrier waits
+//! behind at most a queue's worth of batches.
+//!
+//! Frames (little-endian):
+//! - hello, producer → consumer, once: `WEIR`, version `u32`, attempt `u32`, producer task
+//!   manager's id (`u16` length + UTF-8);
+//! - data, producer → consumer: type `1`, edge `u32`, producer index `u32`, consumer index
+//!   `u32`, payload length `u32`, payload;
+//! - credit, consumer → producer: type `2`, edge, producer index, consumer index, credits `u32`.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+use weir_core::SubtaskId;
+use weir_runtime::error::{JobError, TaskError};
+use weir_runtime::remote::{
+    ChannelKey, CreditReturn, FrameDecoder, FrameWriter, Network, FRAME_HEADER,
+};
+
+use crate::error::ClusterError;
+use crate::wire::DeploymentPlan;
+
+const MAGIC: &[u8; 4] = b"WEIR";
+const VERSION: u32 = 1;
+const DATA: u8 = 1;
+const CREDIT: u8 = 2;
+/// A frame longer than this is garbage, not a batch.
+const MAX_FRAME: usize = 256 << 20;
+/// How long a connection waits for its attempt to be deployed on this side, and a producer
+/// for its consumer's task manager to accept.
+const ATTEMPT_WAIT: Duration = Duration::from_secs(60);
+
+/// This task manager's end of the data plane: the listener, and the network of each attempt.
+#[derive(Clone)]
+pub struct DataPlane {
+    inner: Arc<PlaneInner>,
+    address: SocketAddr,
+}
+
+struct PlaneInner {
+    attempts: Mutex<Attempts>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Attempts {
+    open: HashMap<u32, Arc<AttemptNet>>,
+    /// The newest attempt ever opened: connections for older ones are refused.
+    newest: Option<u32>,
+}
+
+impl DataPlane {
+    /// Listens on `address` (port 0: any free port).
+    pub fn bind(address: SocketAddr) -> Result<DataPlane, ClusterError> {
+        let listener = TcpListener::bind(address)
+            .map_err(|e| ClusterError::io(format!("cannot listen for data on {address}"), e))?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| ClusterError::io("data listener address", e))?;
+        let inner = Arc::new(PlaneInner {
+            attempts: Mutex::new(Attempts::default()),
+            changed: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("data-accept".into())
+            .spawn(move || accept_loop(listener, weak))
+            .map_err(|e| ClusterError::io("cannot start the data listener thread", e))?;
+        Ok(DataPlane { inner, address })
+    }
+
+    /// The address the listener is bound to.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Opens the network of an attempt for task manager `me`, closing those of older attempts.
+    pub fn open_attempt(&self, me: &str, plan: &DeploymentPlan) -> Arc<AttemptNet> {
+        let net = Arc::new(AttemptNet {
+            attempt: plan.attempt,
+            me: me.to_string(),
+            placement: plan.placement.iter().cloned().collect(),
+            peers: plan.peers.iter().cloned().collect(),
+            closed: AtomicBool::new(false),
+            inbound: Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            decoders: Mutex::new(HashMap::new()),
+            outbound: Mutex::new(HashMap::new()),
+        });
+        let stale: Vec<Arc<AttemptNet>> = {
+            let mut attempts = self.inner.attempts.lock().expect("attempts lock");
+            attempts.newest = Some(
+                attempts
+                    .newest
+                    .map_or(plan.attempt, |n| n.max(plan.attempt)),
+            );
+            let stale = attempts
+                .open
+                .extract_if(|a, _| *a < plan.attempt)
+                .map(|(_, n)| n)
+                .collect();
+            attempts.open.insert(plan.attempt, net.clone());
+            stale
+        };
+        self.inner.changed.notify_all();
+        for old in stale {
+            old.close();
+        }
+        net
+    }
+
+    /// Closes attempt `attempt`'s connections: its blocked producers and readers stop.
+    pub fn close_attempt(&self, attempt: u32) {
+        let net = self
+            .inner
+            .attempts
+            .lock()
+            .expect("attempts lock")
+            .open
+            .remove(&attempt);
+        if let Some(net) = net {
+            net.close();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, plane: Weak<PlaneInner>) {
+    for stream in listener.incoming() {
+        let Some(plane) = plane.upgrade() else { return };
+        match stream {
+            Ok(stream) => {
+                let _ = std::thread::Builder::new()
+                    .name("data-in".into())
+                    .spawn(move || {
+                        if let Err(e) = serve_inbound(stream, &plane) {
+                            tracing::debug!(error = %e, "inbound data connection ended");
+                        }
+                    });
+            }
+            Err(e) => tracing::warn!(error = %e, "accepting a data connection failed"),
+        }
+    }
+}
+
+/// Reads one producer task manager's connection: its hello, then its frames.
+fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), String> {
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let (attempt, producer_tm) = read_hello(&mut stream)?;
+    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let Some(net) = wait_for_attempt(plane, attempt) else {
+        return Err(format!(
+            "attempt {attempt} is not (or no longer) deployed here"
+        ));
+    };
+    let writer = stream.try_clone().map_err(|e| e.to_string())?;
+    net.attach_inbound(&producer_tm, writer)
+        .map_err(|e| e.to_string())?;
+    let mut reader = std::io::BufReader::with_capacity(256 << 10, stream);
+    let mut payload = Vec::new();
+    loop {
+        let mut header = [0u8; FRAME_HEADER];
+        match reader.read_exact(&mut header) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(format!("reading from {producer_tm}: {e}")),
+        }
+        let (kind, key, len) = parse_header(&header);
+        if kind != DATA || len as usize > MAX_FRAME {
+            return Err(format!(
+                "task manager {producer_tm} sent a malformed frame (type {kind}, {len} bytes)"
+            ));
+        }
+        payload.resize(len as usize, 0);
+        reader
+            .read_exact(&mut payload)
+            .map_err(|e| format!("reading a frame from {producer_tm}: {e}"))?;
+        if net.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut decoders = net.decoders.lock().map_err(|_| "decoders poisoned")?;
+        let Some(decode) = decoders.get_mut(&key) else {
+            return Err(format!(
+                "task manager {producer_tm} sent on channel {key:?}, which is not deployed here"
+            ));
+        };
+        if let Err(e) = decode(&payload) {
+            return Err(format!("channel {key:?} from {producer_tm}: {e}"));
+        }
+    }
+}
+
+fn read_hello(stream: &mut TcpStream) -> Result<(u32, String), String> {
+    let mut fixed = [0u8; 14];
+    stream
+        .read_exact(&mut fixed)
+        .map_err(|e| format!("reading the hello: {e}"))?;
+    if &fixed[..4] != MAGIC {
+        return Err("not a Weir data connection (bad magic)".into());
+    }
+    let version = u32::from_le_bytes(fixed[4..8].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(format!(
+            "data protocol version {version}, this task manager speaks {VERSION}"
+        ));
+    }
+    let attempt = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
+    let len = u16::from_le_bytes(fixed[12..14].try_into().expect("2 bytes")) as usize;
+    let mut id = vec![0u8; len];
+    stream
+        .read_exact(&mut id)
+        .map_err(|e| format!("reading the hello: {e}"))?;
+    let id = String::from_utf8(id).map_err(|_| "task manager id is not UTF-8".to_string())?;
+    Ok((attempt, id))
+}
+
+fn hello(attempt: u32, me: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(14 + me.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&attempt.to_le_bytes());
+    out.extend_from_slice(&(me.len() as u16).to_le_bytes());
+    out.extend_from_slice(me.as_bytes());
+    out
+}
+
+fn wait_for_attempt(plane: &PlaneInner, attempt: u32) -> Option<Arc<AttemptNet>> {
+    let deadline = Instant::now() + ATTEMPT_WAIT;
+    let mut attempts = plane.attempts.lock().ok()?;
+    loop {
+        if let Some(net) = attempts.open.get(&attempt) {
+            return Some(net.clone());
+        }
+        if attempts.newest.is_some_and(|n| n > attempt) || Instant::now() >= deadline {
+            return None;
+        }
+        attempts = plane
+            .changed
+            .wait_timeout(attempts, Duration::from_millis(200))
+            .ok()?
+            .0;
+    }
+}
+
+fn write_header(buf: &mut [u8], kind: u8, key: ChannelKey, len: u32) {
+    buf[0] = kind;
+    buf[1..5].copy_from_slice(&key.edge.to_le_bytes());
+    buf[5..9].copy_from_slice(&key.producer.to_le_bytes());
+    buf[9..13].copy_from_slice(&key.consumer.to_le_bytes());
+    buf[13..17].copy_from_slice(&len.to_le_bytes());
+}
+
+fn parse_header(buf: &[u8; FRAME_HEADER]) -> (u8, ChannelKey, u32) {
+    let word = |i: usize| u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
+    let key = ChannelKey {
+        edge: word(1),
+        producer: word(5),
+        consumer: word(9),
+    };
+    (buf[0], key, word(13))
+}
+
+/// One attempt's channels on this task manager.
+pub struct AttemptNet {
+    attempt: u32,
+    me: String,
+    placement: HashMap<SubtaskId, String>,
+    peers: HashMap<String, String>,
+    closed: AtomicBool,
+    /// Consumer side: per channel from another task manager, the connection its credits go
+    /// back on (once that producer connected) and its initial credits.
+    inbound: Mutex<HashMap<ChannelKey, Arc<Inbound>>>,
+    /// Consumer side: the connection from each producer task manager.
+    conns: Mutex<HashMap<String, Arc<Mutex<TcpStream>>>>,
+    decoders: Mutex<HashMap<ChannelKey, FrameDecoder>>,
+    /// Producer side: the connection to each consumer task manager.
+    outbound: Mutex<HashMap<String, Arc<Outbound>>>,
+}
+
+struct Inbound {
+    producer_tm: String,
+    capacity: u32,
+    conn: OnceLock<Arc<Mutex<TcpStream>>>,
+}
+
+impl Inbound {
+    fn grant(&self, key: ChannelKey, credits: u32) {
+        if let Some(conn) = self.conn.get() {
+            let mut frame = [0u8; FRAME_HEADER];
+            write_header(&mut frame, CREDIT, key, credits);
+            if let Ok(mut stream) = conn.lock() {
+                // A failed write means the producer is gone; the attempt is ending anyway.
+                let _ = stream.write_all(&frame);
+            }
+        }
+    }
+}
+
+/// A connection to one consumer task manager, and the credits of the channels it carries.
+struct Outbound {
+    stream: Mutex<Option<TcpStream>>,
+    credits: Mutex<HashMap<ChannelKey, Arc<Credit>>>,
+    broken: AtomicBool,
+}
+
+#[derive(Default)]
+struct Credit {
+    available: Mutex<u32>,
+    granted: Condvar,
+}
+
+impl AttemptNet {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for conn in self.conns.lock().expect("conns lock").values() {
+            if let Ok(s) = conn.lock() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        for out in self.outbound.lock().expect("outbound lock").values() {
+            out.broken.store(true, Ordering::Release);
+            if let Ok(Some(s)) = out.stream.lock().as_deref() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            for credit in out.credits.lock().expect("credits lock").values() {
+                let _guard = credit.available.lock();
+                credit.granted.notify_all();
+            }
+        }
+    }
+
+    /// A producer task manager connected: its channels get their first credits.
+    ///
+    /// Each side registers first and looks for the other second (here: the connection, then
+    /// the channels; in [`Network::incoming`]: the channel, then the connection), so a channel
+    /// registered at the same time is found by at least one of them; its `OnceLock` makes sure
+    /// the first credits go out once.
+    fn attach_inbound(&self, producer_tm: &str, stream: TcpStream) -> Result<(), ClusterError> {
+        let conn = Arc::new(Mutex::new(stream));
+        self.conns
+            .lock()
+            .expect("conns lock")
+            .insert(producer_tm.to_string(), conn.clone());
+        for (key, channel) in self.inbound.lock().expect("inbound lock").iter() {
+            if channel.producer_tm == producer_tm && channel.conn.set(conn.clone()).is_ok() {
+                channel.grant(*key, channel.capacity);
+            }
+        }
+        if self.closed.load(Ordering::Acquire) {
+            if let Ok(s) = conn.lock() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        Ok(())
+    }
+
+    fn tm_of(&self, subtask: SubtaskId) -> Result<&str, JobError> {
+        self.placement
+            .get(&subtask)
+            .map(String::as_str)
+            .ok_or_else(|| {
+                JobError::Failed(format!("subtask {subtask} is placed on no task manager"))
+            })
+    }
+
+    fn outbound_to(&self, tm: &str) -> Result<Arc<Outbound>, JobError> {
+        let mut outbound = self.outbound.lock().expect("outbound lock");
+        if let Some(out) = outbound.get(tm) {
+            return Ok(out.clone());
+        }
+        let address = self
+            .peers
+            .get(tm)
+            .ok_or_else(|| JobError::Failed(format!("task manager {tm} has no data address")))?
+            .clone();
+        let out = Arc::new(Outbound {
+            stream: Mutex::new(None),
+            credits: Mutex::new(HashMap::new()),
+            broken: AtomicBool::new(false),
+        });
+        outbound.insert(tm.to_string(), out.clone());
+        let (attempt, me, tm) = (self.attempt, self.me.clone(), tm.to_string());
+        let weak = Arc::downgrade(&out);
+        std::thread::Builder::new()
+            .name("data-out".into())
+            .spawn(move || {
+                if let Err(e) = run_outbound(&address, attempt, &me, &weak) {
+                    tracing::debug!(peer = %tm, error = %e, "outbound data connection ended");
+                }
+                if let Some(out) = weak.upgrade() {
+                    out.break_all();
+                }
+            })
+            .map_err(|e| JobError::Failed(format!("cannot start a data connection thread: {e}")))?;
+        Ok(out)
+    }
+}
+
+/// Connects to a consumer task manager, says hello, then reads the credits it grants.
+fn run_outbound(address: &str, attempt: u32, me: &str, out: &Weak<Outbound>) -> Result<(), String> {
+    let deadline = Instant::now() + ATTEMPT_WAIT;
+    let mut stream = loop {
+        match TcpStream::connect(address) {
+            Ok(s) => break s,
+            Err(e) => {
+                let alive = out
+                    .upgrade()
+                    .is_some_and(|o| !o.broken.load(Ordering::Acquire));
+                if !alive || Instant::now() >= deadline {
+                    return Err(format!("cannot connect to {address}: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    stream
+        .write_all(&hello(attempt, me))
+        .map_err(|e| format!("sending the hello to {address}: {e}"))?;
+    {
+        let Some(o) = out.upgrade() else {
+            return Ok(());
+        };
+        let writer = stream.try_clone().map_err(|e| e.to_string())?;
+        *o.stream.lock().map_err(|_| "stream poisoned")? = Some(writer);
+        if o.broken.load(Ordering::Acquire) {
+            let _ = stream.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+    }
+    let mut reader = std::io::BufReader::new(stream);
+    loop {
+        let mut header = [0u8; FRAME_HEADER];
+        match reader.read_exact(&mut header) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(format!("reading credits from {address}: {e}")),
+        }
+        let (kind, key, credits) = parse_header(&header);
+        if kind != CREDIT {
+            return Err(format!("{address} sent a malformed frame (type {kind})"));
+        }
+        let Some(o) = out.upgrade() else {
+            return Ok(());
+        };
+        let credit = o
+            .credits
+            .lock()
+            .map_err(|_| "credits poisoned")?
+            .entry(key)
+            .or_default()
+            .clone();
+        *credit.available.lock().map_err(|_| "credit poisoned")? += credits;
+        credit.granted.notify_one();
+    }
+}
+
+impl Outbound {
+    fn break_all(&self) {
+        self.broken.store(true, Ordering::Release);
+        for credit in self.credits.lock().expect("credits lock").values() {
+            let _guard = credit.available.lock();
+            credit.granted.notify_all();
+        }
+    }
+}
+
+/// The producer's end of one channel to another task manager.
+struct RemoteWriter {
+    key: ChannelKey,
+    out: Arc<Outbound>,
+    credit: Arc<Credit>,
+}
+
+impl FrameWriter for RemoteWriter {
+    fn write(&mut self, mut frame: Vec<u8>) -> Result<(), TaskError> {
+        {
+            let mut available = self
+                .credit
+                .available
+                .lock()
+                .map_err(|_| TaskError::ChannelClosed)?;
+            if *available == 0 {
+                let start = Instant::now();
+                while *available == 0 {
+                    if self.out.broken.load(Ordering::Acquire) {
+                        return Err(TaskError::ChannelClosed);
+                    }
+                    available = self
+                        .credit
+                        .granted
+                        .wait_timeout(available, Duration::from_millis(100))
+                        .map_err(|_| TaskError::ChannelClosed)?
+                        .0;
+                }
+                weir_runtime::channel::add_backpressure(start.elapsed().as_nanos() as u64);
+            }
+            *available -= 1;
+        }
+        let len = frame.len() - FRAME_HEADER;
+        write_header(&mut frame, DATA, self.key, len as u32);
+        let mut stream = self
+            .out
+            .stream
+            .lock()
+            .map_err(|_| TaskError::ChannelClosed)?;
+        let stream = stream.as_mut().ok_or(TaskError::ChannelClosed)?;
+        stream
+            .write_all(&frame)
+            .map_err(|_| TaskError::ChannelClosed)
+    }
+}
+
+impl Network for AttemptNet {
+    fn is_local(&self, subtask: SubtaskId) -> bool {
+        self.placement
+            .get(&subtask)
+            .is_some_and(|tm| *tm == self.me)
+    }
+
+    fn outgoing(
+        &self,
+        key: ChannelKey,
+        consumer: SubtaskId,
+    ) -> Result<Box<dyn FrameWriter>, JobError> {
+        let out = self.outbound_to(self.tm_of(consumer)?)?;
+        let credit = out
+            .credits
+            .lock()
+            .expect("credits lock")
+            .entry(key)
+            .or_default()
+            .clone();
+        Ok(Box::new(RemoteWriter { key, out, credit }))
+    }
+
+    fn incoming(
+        &self,
+        key: ChannelKey,
+        producer: SubtaskId,
+        capacity: usize,
+        decoder: FrameDecoder,
+    ) -> Result<CreditReturn, JobError> {
+        let producer_tm = self.tm_of(producer)?.to_string();
+        self.decoders
+            .lock()
+            .expect("decoders lock")
+            .insert(key, decoder);
+        let channel = Arc::new(Inbound {
+            producer_tm: producer_tm.clone(),
+            capacity: capacity as u32,
+            conn: OnceLock::new(),
+        });
+        self.inbound
+            .lock()
+            .expect("inbound lock")
+            .insert(key, channel.clone());
+        let conn = self
+            .conns
+            .lock()
+            .expect("conns lock")
+            .get(&producer_tm)
+            .cloned();
+        if let Some(conn) = conn {
+            if channel.conn.set(conn.clone()).is_ok() {
+                channel.grant(key, channel.capacity);
+            }
+        }
+        Ok(Arc::new(move || channel.grant(key, 1)))
+    }
+}

@@ -1,0 +1,453 @@
+//! The task manager: registers its slots with the job manager, builds the job from the job
+//! manager's arguments, deploys the subtasks placed on it, and reports for them.
+
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use weir_core::SubtaskId;
+use weir_runtime::control::{ControlSender, CoordinatorMessage, JobEvent, TaskControl};
+use weir_runtime::deploy::{deploy, Restore};
+use weir_runtime::graph::JobGraph;
+use weir_runtime::metrics::SubtaskMetrics;
+use weir_runtime::snapshot::SnapshotWorkers;
+use weir_runtime::ExecutionConfig;
+use weir_storage::CheckpointStorage;
+
+use crate::error::ClusterError;
+use crate::jobmanager::MAX_MESSAGE;
+use crate::net::DataPlane;
+use crate::proto::job_manager_client::JobManagerClient;
+use crate::proto::{
+    from_job_manager, from_task_manager, AttemptStopped, FromJobManager, FromTaskManager,
+    Heartbeat, Register,
+};
+use crate::wire::{self, DeploymentPlan, Report};
+
+/// Builds the job (graph and execution configuration) from its command line; every process of
+/// a cluster runs the same builder on the same arguments.
+pub type JobBuilder =
+    dyn Fn(&[String]) -> Result<(JobGraph, ExecutionConfig), String> + Send + Sync;
+
+/// How a task manager runs.
+#[derive(Clone, Debug)]
+pub struct TaskManagerOptions {
+    /// The job manager's control-plane address (host:port).
+    pub job_manager: String,
+    /// This task manager's id (unique in the cluster).
+    pub id: String,
+    pub slots: u32,
+    /// Where the data plane listens.
+    pub data_bind: SocketAddr,
+    /// The host other task managers reach this one's data plane at.
+    pub data_host: String,
+    /// How long to keep trying to reach the job manager, at start and after losing it.
+    pub connect_timeout: Duration,
+}
+
+/// How a task manager's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskManagerExit {
+    /// The job manager said the job ended, with this status.
+    JobEnded(String),
+}
+
+type Outbox = mpsc::UnboundedSender<FromTaskManager>;
+
+/// The running attempt's number and its subtasks' metrics, which heartbeats carry.
+type AttemptMetrics = Mutex<Option<(u32, Vec<(SubtaskId, Arc<SubtaskMetrics>)>)>>;
+
+fn message(kind: from_task_manager::Kind) -> FromTaskManager {
+    FromTaskManager { kind: Some(kind) }
+}
+
+/// The job as this task manager built it, with what outlives an attempt.
+struct Job {
+    graph: JobGraph,
+    config: ExecutionConfig,
+    storage: CheckpointStorage,
+    workers: SnapshotWorkers,
+    /// Where subtasks and snapshot workers send acknowledgements and status.
+    coordinator: Sender<CoordinatorMessage>,
+}
+
+/// One attempt's subtasks on this task manager.
+struct Running {
+    attempt: u32,
+    controls: HashMap<SubtaskId, ControlSender>,
+    watcher: JoinHandle<()>,
+}
+
+/// Runs a task manager until the job ends.
+pub fn run_task_manager(
+    mut options: TaskManagerOptions,
+    build: &JobBuilder,
+) -> Result<TaskManagerExit, ClusterError> {
+    if options.slots == 0 {
+        return Err(ClusterError::Config(
+            "a task manager needs at least one slot (--slots)".into(),
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("taskmanager-rpc")
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::io("cannot start the control plane's runtime", e))?;
+    let plane = DataPlane::bind(options.data_bind)?;
+    let data_address = format!("{}:{}", options.data_host, plane.address().port());
+    if options.id.is_empty() {
+        options.id = data_address.clone();
+    }
+    tracing::info!(id = %options.id, slots = options.slots, data = %data_address, "task manager started");
+    let metrics: Arc<AttemptMetrics> = Arc::new(Mutex::new(None));
+    let mut job: Option<Job> = None;
+    loop {
+        let session = connect(&runtime, &options, &data_address)?;
+        let (outbox, mut inbound) = session;
+        let heartbeat = spawn_heartbeats(outbox.clone(), metrics.clone());
+        let mut running: Option<Running> = None;
+        let ended = loop {
+            let next = runtime.block_on(inbound.message());
+            let msg = match next {
+                Ok(Some(msg)) => msg,
+                Ok(None) => break Err("the job manager ended the session".to_string()),
+                Err(status) => break Err(format!("the session broke: {}", status.message())),
+            };
+            let Some(kind) = msg.kind else { continue };
+            match kind {
+                from_job_manager::Kind::Registered(registered) => {
+                    tracing::info!(job_manager = %registered.job_manager_id, "registered");
+                    heartbeat.set_interval(registered.heartbeat_interval_ms);
+                    if job.is_none() {
+                        job = Some(build_job(build, &registered.job_args, &outbox)?);
+                    }
+                }
+                from_job_manager::Kind::Deploy(d) => {
+                    let Some(job) = job.as_ref() else {
+                        break Err("a deployment came before the job".into());
+                    };
+                    stop_running(&plane, running.take());
+                    let plan: DeploymentPlan = match wire::decode(&d.plan, "a deployment") {
+                        Ok(plan) => plan,
+                        Err(e) => break Err(e.to_string()),
+                    };
+                    running = start_attempt(&options, &plane, job, &plan, &outbox, &metrics);
+                }
+                from_job_manager::Kind::Control(c) => {
+                    let control: TaskControl = match wire::decode(&c.control, "a task control") {
+                        Ok(control) => control,
+                        Err(e) => break Err(e.to_string()),
+                    };
+                    let subtask = SubtaskId::new(weir_core::OperatorId(c.operator), c.index);
+                    if let Some(r) = running.as_ref().filter(|r| r.attempt == c.attempt) {
+                        let cancel = matches!(control, TaskControl::Cancel);
+                        if let Some(tx) = r.controls.get(&subtask) {
+                            tx.send(control);
+                        }
+                        if cancel {
+                            // Producers blocked on credit and readers stop at once.
+                            plane.close_attempt(r.attempt);
+                        }
+                    }
+                }
+                from_job_manager::Kind::Ended(ended) => break Ok(ended.status),
+            }
+        };
+        heartbeat.stop();
+        stop_running(&plane, running.take());
+        match ended {
+            Ok(status) => {
+                tracing::info!(%status, "the job ended");
+                if let Some(job) = job.take() {
+                    drop(job.coordinator);
+                    job.workers.join();
+                }
+                return Ok(TaskManagerExit::JobEnded(status));
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    "lost the job manager ({reason}); cancelled the subtasks, reconnecting"
+                );
+            }
+        }
+    }
+}
+
+/// Opens a session with the job manager and registers, retrying until the connect timeout.
+fn connect(
+    runtime: &tokio::runtime::Runtime,
+    options: &TaskManagerOptions,
+    data_address: &str,
+) -> Result<(Outbox, tonic::Streaming<FromJobManager>), ClusterError> {
+    let deadline = Instant::now() + options.connect_timeout;
+    let endpoint = format!("http://{}", options.job_manager);
+    let mut last_error = String::new();
+    while Instant::now() < deadline {
+        let attempt = runtime.block_on(async {
+            let mut client = JobManagerClient::connect(endpoint.clone())
+                .await
+                .map_err(|e| e.to_string())?
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE);
+            let (outbox, rx) = mpsc::unbounded_channel();
+            outbox
+                .send(message(from_task_manager::Kind::Register(Register {
+                    task_manager_id: options.id.clone(),
+                    slots: options.slots,
+                    data_address: data_address.to_string(),
+                })))
+                .map_err(|e| e.to_string())?;
+            let response = client
+                .session(UnboundedReceiverStream::new(rx))
+                .await
+                .map_err(|s| s.message().to_string())?;
+            Ok::<_, String>((outbox, response.into_inner()))
+        });
+        match attempt {
+            Ok(session) => return Ok(session),
+            Err(e) => {
+                if last_error.is_empty() {
+                    tracing::info!(job_manager = %options.job_manager, error = %e, "waiting for the job manager");
+                }
+                last_error = e;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    Err(ClusterError::Connection(format!(
+        "cannot reach the job manager at {} within {} s: {last_error}",
+        options.job_manager,
+        options.connect_timeout.as_secs()
+    )))
+}
+
+fn build_job(build: &JobBuilder, args: &[String], outbox: &Outbox) -> Result<Job, ClusterError> {
+    let (graph, config) = build(args)
+        .map_err(|e| ClusterError::Config(format!("cannot build the job {args:?}: {e}")))?;
+    let storage = CheckpointStorage::open_configured(&config.checkpoint, &graph.name)
+        .map_err(|e| ClusterError::Job(e.into()))?;
+    let (coordinator, messages) = crossbeam_channel::unbounded();
+    let workers = SnapshotWorkers::start(
+        config.snapshot_threads,
+        storage.clone(),
+        coordinator.clone(),
+        config.checkpoint.incremental,
+    );
+    spawn_report_forwarder(messages, outbox.clone());
+    tracing::info!(job = %graph.name, "built the job");
+    Ok(Job {
+        graph,
+        config,
+        storage,
+        workers,
+        coordinator,
+    })
+}
+
+/// Sends acknowledgements, declines and task status to the job manager.
+fn spawn_report_forwarder(messages: Receiver<CoordinatorMessage>, outbox: Outbox) {
+    std::thread::spawn(move || {
+        for m in messages {
+            let Some((attempt, report)) = Report::from_coordinator_message(m) else {
+                continue;
+            };
+            send_report(&outbox, attempt, &report);
+        }
+    });
+}
+
+fn send_report(outbox: &Outbox, attempt: u32, report: &Report) {
+    match wire::encode(report, "a report") {
+        Ok(payload) => {
+            let _ = outbox.send(message(from_task_manager::Kind::Report(
+                crate::proto::Report { attempt, payload },
+            )));
+        }
+        Err(e) => tracing::error!(error = %e, "cannot send a report"),
+    }
+}
+
+/// Deploys this task manager's subtasks of an attempt. A failure is reported to the job
+/// manager as the attempt's failure.
+fn start_attempt(
+    options: &TaskManagerOptions,
+    plane: &DataPlane,
+    job: &Job,
+    plan: &DeploymentPlan,
+    outbox: &Outbox,
+    metrics: &Arc<AttemptMetrics>,
+) -> Option<Running> {
+    let attempt = plan.attempt;
+    let net = plane.open_attempt(&options.id, plan);
+    let (events, event_rx) = crossbeam_channel::unbounded::<JobEvent>();
+    let forward = outbox.clone();
+    let counts = metrics.clone();
+    std::thread::spawn(move || {
+        for event in event_rx {
+            // The job manager's record counts are current when it hears of an end of input.
+            if matches!(
+                event,
+                JobEvent::SourceExhausted(_) | JobEvent::TaskFinished(_)
+            ) {
+                let _ = forward.send(heartbeat_message(&counts));
+            }
+            send_report(&forward, attempt, &Report::Event(event));
+        }
+    });
+    let savepoint_storage;
+    let restore = match &plan.restore {
+        None => Ok(None),
+        Some(r) => match &r.savepoint {
+            None => Ok(Some(Restore {
+                storage: &job.storage,
+                metadata: &r.metadata,
+                savepoint: None,
+            })),
+            Some(path) => match weir_storage::savepoint::open_savepoint(path) {
+                Ok((storage, _)) => {
+                    savepoint_storage = storage;
+                    Ok(Some(Restore {
+                        storage: &savepoint_storage,
+                        metadata: &r.metadata,
+                        savepoint: Some(path),
+                    }))
+                }
+                Err(e) => Err(format!("cannot open savepoint {}: {e}", path.display())),
+            },
+        },
+    };
+    let deployed = restore.and_then(|restore| {
+        deploy(
+            &job.graph,
+            &job.config,
+            restore,
+            attempt,
+            &job.coordinator,
+            &events,
+            &job.workers,
+            Some(net.as_ref()),
+        )
+        .map_err(|e| e.to_string())
+    });
+    let deployed = match deployed {
+        Ok(d) => d,
+        Err(error) => {
+            tracing::error!(attempt, %error, "cannot deploy the attempt");
+            if let Some((subtask, _)) = plan.placement.iter().find(|(_, tm)| *tm == options.id) {
+                let _ = events.send(JobEvent::TaskFailed {
+                    subtask: *subtask,
+                    error: format!("task manager {}: {error}", options.id),
+                    recoverable: true,
+                });
+            }
+            let _ = outbox.send(message(from_task_manager::Kind::Stopped(AttemptStopped {
+                attempt,
+            })));
+            return None;
+        }
+    };
+    tracing::info!(attempt, subtasks = deployed.all.len(), "deployed");
+    *metrics.lock().expect("metrics lock") = Some((
+        attempt,
+        deployed
+            .metrics
+            .iter()
+            .map(|(s, _, _, m)| (*s, m.clone()))
+            .collect(),
+    ));
+    let controls = deployed.controls.clone();
+    let threads = deployed.threads;
+    let watcher_outbox = outbox.clone();
+    let watcher_metrics = metrics.clone();
+    let watcher_plane = plane.clone();
+    let watcher = std::thread::spawn(move || {
+        for (_, t) in threads {
+            let _ = t.join();
+        }
+        drop(events);
+        // The final counts go out before the attempt is reported stopped.
+        let _ = watcher_outbox.send(heartbeat_message(&watcher_metrics));
+        let _ = watcher_outbox.send(message(from_task_manager::Kind::Stopped(AttemptStopped {
+            attempt,
+        })));
+        watcher_plane.close_attempt(attempt);
+    });
+    Some(Running {
+        attempt,
+        controls,
+        watcher,
+    })
+}
+
+/// Cancels an attempt's subtasks that still run, and waits for them.
+fn stop_running(plane: &DataPlane, running: Option<Running>) {
+    if let Some(r) = running {
+        for tx in r.controls.values() {
+            tx.send(TaskControl::Cancel);
+        }
+        plane.close_attempt(r.attempt);
+        let _ = r.watcher.join();
+    }
+}
+
+fn heartbeat_message(metrics: &AttemptMetrics) -> FromTaskManager {
+    let current = metrics.lock().expect("metrics lock");
+    let (attempt, list) = match current.as_ref() {
+        Some((attempt, list)) => (*attempt, list.as_slice()),
+        None => (0, &[][..]),
+    };
+    message(from_task_manager::Kind::Heartbeat(Heartbeat {
+        attempt,
+        metrics: list
+            .iter()
+            .map(|(s, m)| crate::proto::SubtaskMetrics {
+                operator: s.operator.0,
+                index: s.index,
+                records_in: m.records_in(),
+                records_out: m.records_out(),
+                backpressured_ns: m
+                    .backpressured_ns
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            })
+            .collect(),
+    }))
+}
+
+/// Sends heartbeats, with the subtasks' metrics, until stopped.
+struct Heartbeats {
+    interval_ms: Arc<std::sync::atomic::AtomicU64>,
+    stop: Sender<()>,
+}
+
+impl Heartbeats {
+    fn set_interval(&self, ms: u64) {
+        self.interval_ms
+            .store(ms.max(10), std::sync::atomic::Ordering::Relaxed);
+    }
+    fn stop(self) {
+        let _ = self.stop.send(());
+    }
+}
+
+fn spawn_heartbeats(outbox: Outbox, metrics: Arc<AttemptMetrics>) -> Heartbeats {
+    let interval_ms = Arc::new(std::sync::atomic::AtomicU64::new(1000));
+    let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
+    let interval = interval_ms.clone();
+    std::thread::spawn(move || loop {
+        let wait = Duration::from_millis(interval.load(std::sync::atomic::Ordering::Relaxed));
+        match stopped.recv_timeout(wait) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                if outbox.send(heartbeat_message(&metrics)).is_err() {
+                    return;
+                }
+            }
+            _ => return,
+        }
+    });
+    Heartbeats { interval_ms, stop }
+}

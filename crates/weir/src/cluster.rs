@@ -1,0 +1,152 @@
+//! `weir jobmanager` and `weir taskmanager`: one job over several processes.
+//!
+//! Application mode: `weir jobmanager [options] -- run wordcount <its usual flags>` runs that
+//! job with its subtasks on the task managers that register (`weir taskmanager --jobmanager
+//! HOST:PORT --slots N`). Each task manager gets the job's flags from the job manager and
+//! builds the same job graph from them: paths in them must mean the same on every machine.
+
+use clap::{Args, Parser};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
+use weir_cluster::taskmanager::{run_task_manager, TaskManagerExit, TaskManagerOptions};
+use weir_core::config::Config;
+use weir_runtime::graph::JobGraph;
+use weir_runtime::ExecutionConfig;
+
+use crate::cli::{Cli, Command, RunCommand};
+use crate::CliError;
+
+#[derive(Args, Debug)]
+pub struct JobManagerArgs {
+    /// The control plane's port (jobmanager.rpc.port); 0 picks a free one.
+    #[arg(long, default_value_t = 6123)]
+    pub rpc_port: u16,
+    /// The address the control plane listens on (jobmanager.bind-host).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind: IpAddr,
+    /// Deploy the job once this many task managers registered (and offer enough slots); after
+    /// a failure, the job is redeployed as soon as the slots suffice.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub wait_for_task_managers: u32,
+    /// Set a cluster option, e.g. -D heartbeat.timeout=10s (the job's own options go after --).
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    pub define: Vec<String>,
+    /// The job and its flags, after `--`: for example `-- run wordcount --input … --output …`.
+    #[arg(last = true, required = true, value_name = "JOB")]
+    pub job: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct TaskManagerArgs {
+    /// The job manager's control plane (host:port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub jobmanager: String,
+    /// Subtask slots: slot i runs subtask i of every operator (taskmanager.numberOfTaskSlots).
+    #[arg(long, default_value_t = 1)]
+    pub slots: u32,
+    /// The data plane's port (taskmanager.data.port); 0 picks a free one.
+    #[arg(long, default_value_t = 0)]
+    pub data_port: u16,
+    /// The host other task managers reach this one at (taskmanager.host).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// This task manager's id in the cluster; `<host>:<data port>` by default.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// How long to keep trying to reach the job manager.
+    #[arg(long, default_value = "60s", value_parser = crate::cli::duration_arg)]
+    pub connect_timeout: Duration,
+}
+
+/// The cluster options of the job manager, from its -D flags.
+fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliError> {
+    let mut config = Config::new();
+    for define in &args.define {
+        let (key, value) = define
+            .split_once('=')
+            .ok_or_else(|| CliError::usage(format!("-D {define}: expected KEY=VALUE")))?;
+        config.set(key.trim(), value.trim())?;
+    }
+    let duration = |key: &str, default: Duration| -> Result<Duration, CliError> {
+        Ok(config.get_duration(key)?.unwrap_or(default))
+    };
+    let options = JobManagerOptions {
+        rpc_address: SocketAddr::new(args.bind, args.rpc_port),
+        job_args: args.job.clone(),
+        heartbeat_interval: duration("heartbeat.interval", Duration::from_secs(1))?,
+        heartbeat_timeout: duration("heartbeat.timeout", Duration::from_secs(10))?,
+        slot_timeout: duration("slot.request.timeout", Duration::from_secs(300))?,
+        min_task_managers: args.wait_for_task_managers,
+    };
+    if options.heartbeat_interval.is_zero()
+        || options.heartbeat_timeout <= options.heartbeat_interval
+    {
+        return Err(CliError::usage(format!(
+            "heartbeat.timeout ({} ms) must be longer than heartbeat.interval ({} ms), which must be above 0",
+            options.heartbeat_timeout.as_millis(),
+            options.heartbeat_interval.as_millis()
+        )));
+    }
+    Ok(options)
+}
+
+/// The job's own flags, parsed as `weir <job…>` would parse them.
+fn job_command(job: &[String]) -> Result<crate::cli::WordcountArgs, CliError> {
+    let argv = std::iter::once("weir".to_string()).chain(job.iter().cloned());
+    let cli = Cli::try_parse_from(argv)
+        .map_err(|e| CliError::usage(format!("the job's flags after --: {e}")))?;
+    match cli.command {
+        Command::Run(RunCommand::Wordcount(args)) => Ok(args),
+        _ => Err(CliError::usage(format!(
+            "a cluster runs a `run <job>` command, not {:?}; for example: -- run wordcount --input …",
+            job.first().map(String::as_str).unwrap_or("")
+        ))),
+    }
+}
+
+/// Builds the job as a task manager does.
+pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> {
+    let args = job_command(job).map_err(|e| e.message)?;
+    let built = crate::wordcount::build(&args).map_err(|e| e.message)?;
+    Ok((built.graph, built.exec))
+}
+
+pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
+    let options = job_manager_options(&args)?;
+    let wordcount = job_command(&args.job)?;
+    // Fail on bad job flags here, before any task manager is involved.
+    crate::wordcount::build(&wordcount)?;
+    let jm = JobManager::start(options).map_err(|e| CliError::usage(e.to_string()))?;
+    eprintln!("job manager listening on {}", jm.address());
+    let result = crate::wordcount::run_on(wordcount, &mut jm.deployer());
+    jm.finish(if result.is_ok() { "FINISHED" } else { "FAILED" });
+    result
+}
+
+pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
+    // Listen on the advertised address when it is one; on every interface for a host name.
+    let ip = args
+        .host
+        .parse::<IpAddr>()
+        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let data_bind = SocketAddr::new(ip, args.data_port);
+    let options = TaskManagerOptions {
+        job_manager: args.jobmanager.clone(),
+        id: args.id.clone().unwrap_or_default(),
+        slots: args.slots,
+        data_bind,
+        data_host: args.host.clone(),
+        connect_timeout: args.connect_timeout,
+    };
+    match run_task_manager(options, &build_job) {
+        Ok(TaskManagerExit::JobEnded(status)) => {
+            eprintln!("task manager: the job ended ({status})");
+            Ok(())
+        }
+        Err(e) => Err(CliError {
+            message: e.to_string(),
+            code: 1,
+        }),
+    }
+}

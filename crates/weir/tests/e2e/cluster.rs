@@ -1,0 +1,185 @@
+//! Cluster mode end to end: a job manager and task managers as separate processes on
+//! loopback, running wordcount; failures are SIGKILLs of task managers. The output is checked
+//! word by word — nothing lost, nothing duplicated.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{assert_exactly_once, completed_checkpoints, text, weir, write_text_input};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A process of the cluster, killed when dropped (a failing test leaves nothing running).
+struct Process {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Process {
+    fn start(mut cmd: Command, log: PathBuf) -> Process {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start weir");
+        Process {
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        text(&std::fs::read(&self.log).unwrap_or_default())
+    }
+
+    fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
+    /// Waits for the process to exit; fails the test after `timeout`.
+    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().expect("running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!("still running after {timeout:?}; its log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn job_manager(dir: &Path, port: u16, input: &Path, parallelism: u32) -> Process {
+    let mut cmd = weir();
+    cmd.current_dir(dir)
+        .args(["jobmanager", "--bind", "127.0.0.1", "--rpc-port"])
+        .arg(port.to_string())
+        .args(["--wait-for-task-managers", "3"])
+        .args([
+            "-D",
+            "heartbeat.interval=200ms",
+            "-D",
+            "heartbeat.timeout=3s",
+        ])
+        .args(["--", "run", "wordcount", "--input"])
+        .arg(input)
+        .args(["--output"])
+        .arg(dir.join("output"))
+        .args(["--checkpoint-dir"])
+        .arg(dir.join("checkpoints"))
+        .args(["--parallelism", &parallelism.to_string()])
+        .args(["--checkpoint-interval", "100ms"])
+        .args(["-D", "restart-strategy.type=fixed-delay"])
+        .args(["-D", "restart-strategy.fixed-delay.attempts=10"])
+        .args(["-D", "restart-strategy.fixed-delay.delay=0ms"]);
+    Process::start(cmd, dir.join("jobmanager.log"))
+}
+
+fn task_manager(dir: &Path, port: u16, slots: u32, n: usize) -> Process {
+    let mut cmd = weir();
+    cmd.current_dir(dir)
+        .args(["taskmanager", "--jobmanager"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--slots", &slots.to_string(), "--id", &format!("tm-{n}")])
+        .args(["--connect-timeout", "30s"]);
+    Process::start(cmd, dir.join(format!("taskmanager-{n}.log")))
+}
+
+/// Waits until the job has `n` completed checkpoints.
+fn wait_for_checkpoints(dir: &Path, n: usize, jm: &Process) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while completed_checkpoints(&dir.join("checkpoints"), "wordcount").len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "no {n} checkpoints within 60 s; job manager log:\n{}",
+            jm.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn wordcount_on_three_task_managers_commits_every_count_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 7, 4, 5_000);
+    let port = free_port();
+    let mut jm = job_manager(dir.path(), port, &input, 3);
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| task_manager(dir.path(), port, 1, n))
+        .collect();
+    let status = jm.wait(Duration::from_secs(120));
+    let log = jm.log();
+    assert!(status.success(), "job manager failed:\n{log}");
+    assert!(log.contains("0 restarts"), "{log}");
+    for tm in &mut tms {
+        let status = tm.wait(Duration::from_secs(10));
+        assert!(status.success(), "task manager failed:\n{}", tm.log());
+    }
+    // Every task manager ran subtasks: records crossed the network.
+    for tm in &tms {
+        assert!(tm.log().contains("deployed attempt=0"), "{}", tm.log());
+    }
+    assert_exactly_once(&input, &dir.path().join("output"));
+}
+
+#[test]
+fn a_task_manager_killed_with_sigkill_mid_run_fails_over_and_the_output_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 11, 30, 20_000);
+    let port = free_port();
+    let mut jm = job_manager(dir.path(), port, &input, 3);
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| task_manager(dir.path(), port, 2, n))
+        .collect();
+    wait_for_checkpoints(dir.path(), 2, &jm);
+    tms[1].kill();
+    let status = jm.wait(Duration::from_secs(180));
+    let log = jm.log();
+    assert!(status.success(), "job manager failed:\n{log}");
+    assert!(log.contains("task manager lost"), "{log}");
+    assert!(
+        log.contains("1 restarts"),
+        "the job did not restart once:\n{log}"
+    );
+    // The second attempt ran on the two task managers left.
+    for n in [0, 2] {
+        assert!(
+            tms[n].log().contains("deployed attempt=1"),
+            "{}",
+            tms[n].log()
+        );
+    }
+    for n in [0, 2] {
+        let status = tms[n].wait(Duration::from_secs(10));
+        assert!(
+            status.success(),
+            "task manager {n} failed:\n{}",
+            tms[n].log()
+        );
+    }
+    assert_exactly_once(&input, &dir.path().join("output"));
+}

@@ -161,11 +161,19 @@ impl CheckpointCoordinator {
                     "restoring a checkpoint written by another job id");
             }
             self.last_used_id = self.last_used_id.max(Some(checkpoint.id));
-            for discard in self.store.add(checkpoint) {
-                out.push(Action::DiscardCheckpoint {
-                    checkpoint: discard.checkpoint,
-                    shared_paths: discard.shared_paths,
-                });
+            let id = checkpoint.id;
+            match self.store.add(checkpoint) {
+                Ok(discards) => {
+                    for discard in discards {
+                        out.push(Action::DiscardCheckpoint {
+                            checkpoint: discard.checkpoint,
+                            shared_paths: discard.shared_paths,
+                        });
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(checkpoint = %id, error = %e, "a restored checkpoint was not recorded in the store")
+                }
             }
         }
         if let Some(latest) = self.store.latest() {

@@ -207,6 +207,10 @@ pub enum AbortReason {
     Shutdown,
     /// The metadata could not be written durably.
     MetadataWriteFailed(String),
+    /// The completed checkpoint store refused to record it (in HA mode: ZooKeeper
+    /// unreachable, or this job manager no longer leads). Its files stay: a pointer may have
+    /// been written, and a new leader may restore from it.
+    NotRecorded(String),
 }
 
 impl AbortReason {
@@ -216,7 +220,10 @@ impl AbortReason {
     pub fn counts_toward_failure_budget(&self) -> bool {
         matches!(
             self,
-            AbortReason::Declined(_) | AbortReason::Expired | AbortReason::MetadataWriteFailed(_)
+            AbortReason::Declined(_)
+                | AbortReason::Expired
+                | AbortReason::MetadataWriteFailed(_)
+                | AbortReason::NotRecorded(_)
         )
     }
 }
@@ -237,6 +244,9 @@ impl fmt::Display for AbortReason {
             AbortReason::Shutdown => f.write_str("the checkpoint coordinator is shut down"),
             AbortReason::MetadataWriteFailed(why) => {
                 write!(f, "its metadata could not be written: {why}")
+            }
+            AbortReason::NotRecorded(why) => {
+                write!(f, "the completed checkpoint store did not record it: {why}")
             }
         }
     }

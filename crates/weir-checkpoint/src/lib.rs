@@ -82,6 +82,8 @@ pub use stats::{
     CompletedCheckpointSummary, LatestCheckpoints, RestoredCheckpointStats, SubtaskAckStats,
     SubtaskCheckpointStats,
 };
-pub use store::{CompletedCheckpointStore, Discard, StandaloneCompletedCheckpointStore};
+pub use store::{
+    CompletedCheckpointStore, Discard, StandaloneCompletedCheckpointStore, StoreError,
+};
 pub use summary::{StatsSummary, SummarySnapshot};
 pub use weir_core::config::CheckpointConfig;

@@ -136,6 +136,11 @@ impl PendingCheckpoint {
     }
 
     /// The completed checkpoint, once finalised.
+    pub(crate) fn finalized(&self) -> Option<&CompletedCheckpoint> {
+        self.finalized.as_ref()
+    }
+
+    /// The completed checkpoint, once finalised.
     pub(crate) fn into_completed(self) -> Option<CompletedCheckpoint> {
         self.finalized
     }

@@ -29,8 +29,9 @@ pub struct Discard {
 /// ZooKeeper so a new job manager finds them.
 pub trait CompletedCheckpointStore: Send {
     /// Adds a completed checkpoint and evicts the oldest beyond the retention limit, returning
-    /// what to delete for them.
-    fn add(&mut self, checkpoint: CompletedCheckpoint) -> Vec<Discard>;
+    /// what to delete for them. A store that keeps its records elsewhere (ZooKeeper) may
+    /// refuse; then nothing changes, and the checkpoint does not complete.
+    fn add(&mut self, checkpoint: CompletedCheckpoint) -> Result<Vec<Discard>, StoreError>;
     /// The newest retained checkpoint, the one to restore from.
     fn latest(&self) -> Option<&CompletedCheckpoint>;
     /// Every retained checkpoint, oldest first.
@@ -42,6 +43,11 @@ pub trait CompletedCheckpointStore: Send {
     /// on disk for `--resume` and nothing is returned.
     fn shutdown(&mut self, discard_all: bool) -> Vec<Discard>;
 }
+
+/// Why a store did not record a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreError(pub String);
 
 /// The in-memory store of a single job manager.
 #[derive(Debug, Default)]
@@ -88,8 +94,9 @@ impl StandaloneCompletedCheckpointStore {
     }
 }
 
-impl CompletedCheckpointStore for StandaloneCompletedCheckpointStore {
-    fn add(&mut self, checkpoint: CompletedCheckpoint) -> Vec<Discard> {
+impl StandaloneCompletedCheckpointStore {
+    /// [`CompletedCheckpointStore::add`], which cannot fail in memory.
+    pub fn insert(&mut self, checkpoint: CompletedCheckpoint) -> Vec<Discard> {
         let position = match self
             .checkpoints
             .binary_search_by_key(&checkpoint.id, |c| c.id)
@@ -114,6 +121,12 @@ impl CompletedCheckpointStore for StandaloneCompletedCheckpointStore {
         let excess = self.checkpoints.len().saturating_sub(self.num_retained);
         let evicted: Vec<CompletedCheckpoint> = self.checkpoints.drain(..excess).collect();
         evicted.iter().map(|cp| self.release(cp)).collect()
+    }
+}
+
+impl CompletedCheckpointStore for StandaloneCompletedCheckpointStore {
+    fn add(&mut self, checkpoint: CompletedCheckpoint) -> Result<Vec<Discard>, StoreError> {
+        Ok(self.insert(checkpoint))
     }
 
     fn latest(&self) -> Option<&CompletedCheckpoint> {
@@ -181,9 +194,9 @@ mod tests {
     #[test]
     fn the_store_keeps_the_newest_num_retained_and_evicts_the_oldest() {
         let mut store = StandaloneCompletedCheckpointStore::new(2);
-        assert!(store.add(checkpoint(1, &[])).is_empty());
-        assert!(store.add(checkpoint(2, &[])).is_empty());
-        let discards = store.add(checkpoint(3, &[]));
+        assert!(store.insert(checkpoint(1, &[])).is_empty());
+        assert!(store.insert(checkpoint(2, &[])).is_empty());
+        let discards = store.insert(checkpoint(3, &[]));
         assert_eq!(
             discards,
             vec![Discard {
@@ -199,16 +212,16 @@ mod tests {
     #[test]
     fn a_shared_file_referenced_by_two_retained_checkpoints_survives_eviction_of_one() {
         let mut store = StandaloneCompletedCheckpointStore::new(2);
-        store.add(checkpoint(1, &["shared/a", "shared/b"]));
-        store.add(checkpoint(2, &["shared/a", "shared/c"]));
+        store.insert(checkpoint(1, &["shared/a", "shared/b"]));
+        store.insert(checkpoint(2, &["shared/a", "shared/c"]));
         assert_eq!(store.shared_ref_count("shared/a"), 2);
-        let discards = store.add(checkpoint(3, &["shared/c"]));
+        let discards = store.insert(checkpoint(3, &["shared/c"]));
         // Checkpoint 1 goes; "a" is still used by 2, "b" was only 1's.
         assert_eq!(discards.len(), 1);
         assert_eq!(discards[0].checkpoint, CheckpointId(1));
         assert_eq!(discards[0].shared_paths, vec!["shared/b".to_string()]);
         assert!(store.is_shared_path_referenced("shared/a"));
-        let discards = store.add(checkpoint(4, &[]));
+        let discards = store.insert(checkpoint(4, &[]));
         assert_eq!(discards[0].shared_paths, vec!["shared/a".to_string()]);
         assert_eq!(store.shared_ref_count("shared/c"), 1);
     }
@@ -216,8 +229,8 @@ mod tests {
     #[test]
     fn adding_the_same_checkpoint_twice_keeps_one_copy_and_one_reference() {
         let mut store = StandaloneCompletedCheckpointStore::new(3);
-        store.add(checkpoint(5, &["shared/a"]));
-        assert!(store.add(checkpoint(5, &["shared/a"])).is_empty());
+        store.insert(checkpoint(5, &["shared/a"]));
+        assert!(store.insert(checkpoint(5, &["shared/a"])).is_empty());
         assert_eq!(store.all().len(), 1);
         assert_eq!(store.shared_ref_count("shared/a"), 1);
     }
@@ -225,8 +238,8 @@ mod tests {
     #[test]
     fn shutdown_keeps_checkpoints_for_resume_unless_asked_to_discard_all() {
         let mut store = StandaloneCompletedCheckpointStore::new(3);
-        store.add(checkpoint(1, &["shared/a"]));
-        store.add(checkpoint(2, &["shared/a"]));
+        store.insert(checkpoint(1, &["shared/a"]));
+        store.insert(checkpoint(2, &["shared/a"]));
         assert!(store.shutdown(false).is_empty());
         assert_eq!(store.all().len(), 2);
         let discards = store.shutdown(true);

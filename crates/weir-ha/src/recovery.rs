@@ -86,7 +86,7 @@ impl ZooKeeperCompletedCheckpointStore {
         }
         let mut discards = Vec::new();
         for checkpoint in recovered {
-            discards.extend(store.retained.add(checkpoint));
+            discards.extend(store.retained.insert(checkpoint));
         }
         match store.retained.latest() {
             Some(latest) => {

@@ -17,6 +17,7 @@ use crate::pointer::CheckpointPointer;
 use crate::{FencingToken, HaError, JobZnodes, ZooKeeper};
 use weir_checkpoint::{
     CompletedCheckpoint, CompletedCheckpointStore, Discard, StandaloneCompletedCheckpointStore,
+    StoreError,
 };
 use weir_core::CheckpointId;
 use weir_storage::CheckpointStorage;
@@ -52,7 +53,7 @@ impl ZooKeeperCompletedCheckpointStore {
         let mut ids: Vec<CheckpointId> = self.retained.all().iter().map(|c| c.id).collect();
         let Err(position) = ids.binary_search(&id) else {
             // Already recorded (a restore hands the recovered checkpoints back): a no-op.
-            return Ok(self.retained.add(checkpoint));
+            return Ok(self.retained.insert(checkpoint));
         };
         ids.insert(position, id);
         let evicted = &ids[..ids.len().saturating_sub(self.num_retained)];
@@ -79,7 +80,7 @@ impl ZooKeeperCompletedCheckpointStore {
             format!("add checkpoint {id} and evict {}", evicted.join(", "))
         };
         self.write_pointers(ops, &operation)?;
-        Ok(self.retained.add(checkpoint))
+        Ok(self.retained.insert(checkpoint))
     }
 
     /// Removes every pointer and returns every retained checkpoint for deletion: the job ended
@@ -173,14 +174,14 @@ impl ZooKeeperCompletedCheckpointStore {
 }
 
 impl CompletedCheckpointStore for ZooKeeperCompletedCheckpointStore {
-    /// [`ZooKeeperCompletedCheckpointStore::add_checkpoint`]. The trait has no way to report a
-    /// failure, so a refused add is logged as an error and changes nothing: the checkpoint
-    /// stays out of the store and nothing is discarded (its files stay for whoever leads).
-    fn add(&mut self, checkpoint: CompletedCheckpoint) -> Vec<Discard> {
+    /// [`ZooKeeperCompletedCheckpointStore::add_checkpoint`]. A refused add changes nothing:
+    /// the coordinator aborts the checkpoint without notifying completion, and keeps its files
+    /// for whoever leads.
+    fn add(&mut self, checkpoint: CompletedCheckpoint) -> Result<Vec<Discard>, StoreError> {
         let id = checkpoint.id;
-        self.add_checkpoint(checkpoint).unwrap_or_else(|e| {
+        self.add_checkpoint(checkpoint).map_err(|e| {
             tracing::error!(checkpoint = %id, error = %e, "checkpoint not recorded in ZooKeeper");
-            Vec::new()
+            StoreError(format!("not recorded in ZooKeeper: {e}"))
         })
     }
 

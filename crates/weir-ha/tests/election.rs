@@ -117,7 +117,11 @@ fn a_stale_leader_whose_session_expired_cannot_increment_the_counter_or_add_a_ch
     let e = store1.add_checkpoint(stale.clone()).unwrap_err();
     assert!(e.is_fenced(), "{e}");
     assert_eq!(store1.all().len(), 1, "a refused add changes nothing");
-    assert!(store1.add(stale).is_empty(), "nor through the trait");
+    let refused = store1.add(stale).unwrap_err();
+    assert!(
+        refused.to_string().contains("not recorded in ZooKeeper"),
+        "{refused}"
+    );
     assert_eq!(store1.all().len(), 1);
 
     // jm2 recovers what jm1 completed and carries on above every id jm1 handed out.

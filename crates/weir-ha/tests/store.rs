@@ -190,7 +190,7 @@ fn discarding_all_removes_every_pointer_and_returns_every_checkpoint_for_deletio
         let cp = checkpoint(job, id, &["s"]);
         write_metadata(&storage, &cp);
         // Through the trait, as the coordinator adds.
-        assert!(store.add(cp).is_empty());
+        assert!(store.add(cp).unwrap().is_empty());
     }
     assert!(store.shutdown(false).is_empty(), "kept for the next leader");
     let discards = store.shutdown(true);

@@ -190,6 +190,22 @@ impl CheckpointCoordinator {
         out: &mut Vec<Action>,
     ) {
         let request = pending.request();
+        // Invariant: a checkpoint is completed (and its subtasks notified) only once the store
+        // recorded it; in HA mode that is a fenced ZooKeeper write a stale leader cannot make.
+        let mut evicted = Vec::new();
+        if let Some(checkpoint) = pending
+            .finalized()
+            .filter(|c| c.kind == CheckpointKind::Checkpoint)
+        {
+            match self.store.add(checkpoint.clone()) {
+                Ok(discards) => evicted = discards,
+                Err(e) => {
+                    let reason = AbortReason::NotRecorded(e.to_string());
+                    self.abort_pending(pending, reason, false, now_ms, out);
+                    return;
+                }
+            }
+        }
         let Some(checkpoint) = pending.into_completed() else {
             return;
         };
@@ -201,7 +217,7 @@ impl CheckpointCoordinator {
         tracing::info!(checkpoint = %id, kind = ?checkpoint.kind, "completed");
         if checkpoint.kind == CheckpointKind::Checkpoint {
             self.failures.on_success(id);
-            for discard in self.store.add(checkpoint) {
+            for discard in evicted {
                 let shared_paths =
                     self.unreferenced(discard.shared_paths.iter().map(String::as_str));
                 out.push(Action::DiscardCheckpoint {
@@ -245,16 +261,31 @@ impl CheckpointCoordinator {
         let Some(pending) = self.pending.remove(&id) else {
             return;
         };
-        let own_shared: BTreeSet<&str> = pending
-            .handles()
-            .filter(|h| h.shared)
-            .map(|h| h.path.as_str())
-            .collect();
-        let shared_paths = self.unreferenced(own_shared.into_iter());
-        out.push(Action::DiscardCheckpoint {
-            checkpoint: id,
-            shared_paths,
-        });
+        self.abort_pending(pending, reason, true, now_ms, out);
+    }
+
+    /// Aborts a checkpoint already out of `pending`; with `discard`, its files go too.
+    fn abort_pending(
+        &mut self,
+        pending: PendingCheckpoint,
+        reason: AbortReason,
+        discard: bool,
+        now_ms: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let id = pending.id();
+        if discard {
+            let own_shared: BTreeSet<&str> = pending
+                .handles()
+                .filter(|h| h.shared)
+                .map(|h| h.path.as_str())
+                .collect();
+            let shared_paths = self.unreferenced(own_shared.into_iter());
+            out.push(Action::DiscardCheckpoint {
+                checkpoint: id,
+                shared_paths,
+            });
+        }
         out.push(Action::NotifyAborted {
             checkpoint: id,
             reason: reason.clone(),

@@ -50,6 +50,22 @@ impl Harness {
         }
     }
 
+    /// Like [`Harness::new`], with the coordinator keeping completed checkpoints in `store`.
+    pub fn with_store(
+        config: CheckpointConfig,
+        sources: u32,
+        others: u32,
+        store: Box<dyn CompletedCheckpointStore>,
+    ) -> Harness {
+        let mut h = Harness::new(config.clone(), sources, others);
+        let vertices = JobVertices {
+            sources: h.sources.clone(),
+            all: h.all.clone(),
+        };
+        h.coordinator = CheckpointCoordinator::with_store(JOB, config, vertices, store);
+        h
+    }
+
     /// Every subtask reports RUNNING, then the job does (the order the driver uses).
     pub fn running(config: CheckpointConfig, sources: u32, others: u32) -> Harness {
         let mut h = Harness::new(config, sources, others);

@@ -238,3 +238,66 @@ fn the_history_shows_every_trigger_at_least_min_pause_after_the_previous_complet
         }
     }
 }
+
+/// A store that records until told to refuse, as a ZooKeeper store refuses a stale leader.
+struct Refusing {
+    inner: StandaloneCompletedCheckpointStore,
+    refuse: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CompletedCheckpointStore for Refusing {
+    fn add(&mut self, checkpoint: CompletedCheckpoint) -> Result<Vec<Discard>, StoreError> {
+        if self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError("fenced: not the leader any more".into()));
+        }
+        self.inner.add(checkpoint)
+    }
+    fn latest(&self) -> Option<&CompletedCheckpoint> {
+        self.inner.latest()
+    }
+    fn all(&self) -> &[CompletedCheckpoint] {
+        self.inner.all()
+    }
+    fn is_shared_path_referenced(&self, path: &str) -> bool {
+        self.inner.is_shared_path_referenced(path)
+    }
+    fn shutdown(&mut self, discard_all: bool) -> Vec<Discard> {
+        self.inner.shutdown(discard_all)
+    }
+}
+
+#[test]
+fn a_checkpoint_the_store_refuses_is_aborted_without_completion_notices_and_keeps_its_files() {
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let store = Refusing {
+        inner: StandaloneCompletedCheckpointStore::new(3),
+        refuse: refuse.clone(),
+    };
+    let mut h = Harness::with_store(retaining(3), 1, 1, Box::new(store));
+    h.start();
+    let (first, actions) = complete_with_shared(&mut h, &["shared/a"]);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::NotifyComplete { checkpoint, .. } if *checkpoint == first)));
+
+    refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (second, actions) = complete_with_shared(&mut h, &["shared/b"]);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::NotifyComplete { .. })),
+        "no sink may commit a checkpoint the store did not record: {actions:?}"
+    );
+    assert!(
+        actions.iter().any(|a| matches!(a,
+            Action::NotifyAborted { checkpoint, reason: AbortReason::NotRecorded(why), .. }
+                if *checkpoint == second && why.contains("fenced"))),
+        "{actions:?}"
+    );
+    assert!(
+        discarded(&actions).is_empty(),
+        "a new leader may restore it: its files stay"
+    );
+    assert_eq!(h.retained_ids(), vec![first.0]);
+    assert_eq!(h.coordinator.stats().counts.failed, 1);
+}

@@ -50,6 +50,9 @@ pub struct JobManagerOptions {
     /// cluster started all at once runs the job on all of it. Later attempts (failover) only
     /// wait for enough slots.
     pub min_task_managers: u32,
+    /// Start as a standby (high availability): task managers are refused until
+    /// [`JobManager::grant_leadership`].
+    pub standby: bool,
 }
 
 /// A running job manager's control plane.
@@ -73,6 +76,12 @@ struct State {
     next_session: u64,
     current: Option<AttemptState>,
     ended: bool,
+    /// Whether this job manager leads (always, without high availability). A standby refuses
+    /// task managers' sessions; one that lost leadership drops them and deploys nothing.
+    leading: bool,
+    /// The leadership term (the fencing token's epoch in HA mode): attempts of a later term
+    /// are newer than any of an earlier one, across job managers.
+    term: u64,
 }
 
 struct TaskManagerEntry {
@@ -113,10 +122,14 @@ impl JobManager {
         let address = listener
             .local_addr()
             .map_err(|e| ClusterError::io("control plane address", e))?;
+        let leading = !options.standby;
         let shared = Arc::new(Shared {
             id: format!("jobmanager-{}@{address}", std::process::id()),
             options,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                leading,
+                ..State::default()
+            }),
             changed: Condvar::new(),
         });
         let service = JobManagerServer::new(Service {
@@ -151,6 +164,31 @@ impl JobManager {
     /// Where the control plane listens.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// This job manager leads, in term `term` (the fencing token's epoch).
+    pub fn grant_leadership(&self, term: u64) {
+        let mut state = self.shared.state.lock().expect("state lock");
+        state.leading = true;
+        state.term = term;
+        state.current = None;
+        drop(state);
+        tracing::info!(term, "leading: accepting task managers");
+        self.shared.changed.notify_all();
+    }
+
+    /// This job manager no longer leads: it deploys nothing more, and drops every task
+    /// manager's session (they cancel their subtasks and look for the new leader).
+    pub fn revoke_leadership(&self) {
+        let ids: Vec<String> = {
+            let mut state = self.shared.state.lock().expect("state lock");
+            state.leading = false;
+            state.task_managers.keys().cloned().collect()
+        };
+        for id in ids {
+            lost(&self.shared, &id, None, "this job manager lost leadership");
+        }
+        self.shared.changed.notify_all();
     }
 
     /// The deployer the executor runs the job with.
@@ -222,6 +260,9 @@ impl JobManagerService for Service {
             let mut state = self.shared.state.lock().expect("state lock");
             if state.ended {
                 return Err(Status::failed_precondition("the job has ended"));
+            }
+            if !state.leading {
+                return Err(Status::unavailable("this job manager is not the leader"));
             }
             state.next_session += 1;
             let session = state.next_session;
@@ -342,7 +383,7 @@ fn lost(shared: &Shared, id: &str, session: Option<u64>, reason: &str) {
         return;
     }
     state.task_managers.remove(id);
-    let ended = state.ended;
+    let ended = state.ended || !state.leading;
     if let Some(current) = state.current.as_mut() {
         if let Some(subtasks) = current.hosts.get(id) {
             current.stopped.insert(id.to_string());
@@ -360,7 +401,7 @@ fn lost(shared: &Shared, id: &str, session: Option<u64>, reason: &str) {
     }
     drop(state);
     if ended {
-        tracing::info!(task_manager = %id, "task manager left: {reason}");
+        tracing::info!(task_manager = %id, "task manager session closed: {reason}");
     } else {
         tracing::warn!(task_manager = %id, "task manager lost: {reason}");
     }
@@ -407,6 +448,11 @@ impl ClusterDeployer {
         let mut state = self.shared.state.lock().expect("state lock");
         let mut logged = false;
         loop {
+            if !state.leading {
+                return Err(JobError::Failed(
+                    "this job manager lost leadership; it deploys nothing more".into(),
+                ));
+            }
             let offered: u32 = state.task_managers.values().map(|t| t.slots).sum();
             if offered >= needed && state.task_managers.len() >= min_tms as usize {
                 let mut slots = Vec::new();
@@ -524,7 +570,9 @@ impl Deployer for ClusterDeployer {
             }
         }
         drop(forwarders);
+        let term = self.shared.state.lock().expect("state lock").term;
         let plan = DeploymentPlan {
+            term,
             attempt,
             placement,
             peers: peers.into_iter().collect(),

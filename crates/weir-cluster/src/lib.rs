@@ -27,6 +27,7 @@
 //! new task managers if there are too few) from the latest completed checkpoint.
 
 pub mod error;
+pub mod ha;
 pub mod jobmanager;
 pub mod net;
 pub mod taskmanager;

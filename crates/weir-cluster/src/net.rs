@@ -13,8 +13,8 @@
 //! behind at most a queue's worth of batches.
 //!
 //! Frames (little-endian):
-//! - hello, producer → consumer, once: `WEIR`, version `u32`, attempt `u32`, producer task
-//!   manager's id (`u16` length + UTF-8);
+//! - hello, producer → consumer, once: `WEIR`, version `u32`, generation `u64` (leadership
+//!   term and attempt), producer task manager's id (`u16` length + UTF-8);
 //! - data, producer → consumer: type `1`, edge `u32`, producer index `u32`, consumer index
 //!   `u32`, payload length `u32`, payload;
 //! - credit, consumer → producer: type `2`, edge, producer index, consumer index, credits `u32`.
@@ -35,7 +35,7 @@ use crate::error::ClusterError;
 use crate::wire::DeploymentPlan;
 
 const MAGIC: &[u8; 4] = b"WEIR";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const DATA: u8 = 1;
 const CREDIT: u8 = 2;
 /// A frame longer than this is garbage, not a batch.
@@ -58,9 +58,10 @@ struct PlaneInner {
 
 #[derive(Default)]
 struct Attempts {
-    open: HashMap<u32, Arc<AttemptNet>>,
-    /// The newest attempt ever opened: connections for older ones are refused.
-    newest: Option<u32>,
+    /// By generation (leadership term and attempt, [`DeploymentPlan::generation`]).
+    open: HashMap<u64, Arc<AttemptNet>>,
+    /// The newest generation ever opened: connections for older ones are refused.
+    newest: Option<u64>,
 }
 
 impl DataPlane {
@@ -90,8 +91,9 @@ impl DataPlane {
 
     /// Opens the network of an attempt for task manager `me`, closing those of older attempts.
     pub fn open_attempt(&self, me: &str, plan: &DeploymentPlan) -> Arc<AttemptNet> {
+        let generation = plan.generation();
         let net = Arc::new(AttemptNet {
-            attempt: plan.attempt,
+            generation,
             me: me.to_string(),
             placement: plan.placement.iter().cloned().collect(),
             peers: plan.peers.iter().cloned().collect(),
@@ -103,17 +105,13 @@ impl DataPlane {
         });
         let stale: Vec<Arc<AttemptNet>> = {
             let mut attempts = self.inner.attempts.lock().expect("attempts lock");
-            attempts.newest = Some(
-                attempts
-                    .newest
-                    .map_or(plan.attempt, |n| n.max(plan.attempt)),
-            );
+            attempts.newest = Some(attempts.newest.map_or(generation, |n| n.max(generation)));
             let stale = attempts
                 .open
-                .extract_if(|a, _| *a < plan.attempt)
+                .extract_if(|a, _| *a < generation)
                 .map(|(_, n)| n)
                 .collect();
-            attempts.open.insert(plan.attempt, net.clone());
+            attempts.open.insert(generation, net.clone());
             stale
         };
         self.inner.changed.notify_all();
@@ -123,15 +121,16 @@ impl DataPlane {
         net
     }
 
-    /// Closes attempt `attempt`'s connections: its blocked producers and readers stop.
-    pub fn close_attempt(&self, attempt: u32) {
+    /// Closes the connections of the attempt of `generation`: its blocked producers and
+    /// readers stop.
+    pub fn close_attempt(&self, generation: u64) {
         let net = self
             .inner
             .attempts
             .lock()
             .expect("attempts lock")
             .open
-            .remove(&attempt);
+            .remove(&generation);
         if let Some(net) = net {
             net.close();
         }
@@ -162,11 +161,13 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), String
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    let (attempt, producer_tm) = read_hello(&mut stream)?;
+    let (generation, producer_tm) = read_hello(&mut stream)?;
     stream.set_read_timeout(None).map_err(|e| e.to_string())?;
-    let Some(net) = wait_for_attempt(plane, attempt) else {
+    let Some(net) = wait_for_attempt(plane, generation) else {
         return Err(format!(
-            "attempt {attempt} is not (or no longer) deployed here"
+            "attempt {} of term {} is not (or no longer) deployed here",
+            generation as u32,
+            generation >> 32
         ));
     };
     let writer = stream.try_clone().map_err(|e| e.to_string())?;
@@ -206,8 +207,8 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), String
     }
 }
 
-fn read_hello(stream: &mut TcpStream) -> Result<(u32, String), String> {
-    let mut fixed = [0u8; 14];
+fn read_hello(stream: &mut TcpStream) -> Result<(u64, String), String> {
+    let mut fixed = [0u8; 18];
     stream
         .read_exact(&mut fixed)
         .map_err(|e| format!("reading the hello: {e}"))?;
@@ -220,34 +221,34 @@ fn read_hello(stream: &mut TcpStream) -> Result<(u32, String), String> {
             "data protocol version {version}, this task manager speaks {VERSION}"
         ));
     }
-    let attempt = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
-    let len = u16::from_le_bytes(fixed[12..14].try_into().expect("2 bytes")) as usize;
+    let generation = u64::from_le_bytes(fixed[8..16].try_into().expect("8 bytes"));
+    let len = u16::from_le_bytes(fixed[16..18].try_into().expect("2 bytes")) as usize;
     let mut id = vec![0u8; len];
     stream
         .read_exact(&mut id)
         .map_err(|e| format!("reading the hello: {e}"))?;
     let id = String::from_utf8(id).map_err(|_| "task manager id is not UTF-8".to_string())?;
-    Ok((attempt, id))
+    Ok((generation, id))
 }
 
-fn hello(attempt: u32, me: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(14 + me.len());
+fn hello(generation: u64, me: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18 + me.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&attempt.to_le_bytes());
+    out.extend_from_slice(&generation.to_le_bytes());
     out.extend_from_slice(&(me.len() as u16).to_le_bytes());
     out.extend_from_slice(me.as_bytes());
     out
 }
 
-fn wait_for_attempt(plane: &PlaneInner, attempt: u32) -> Option<Arc<AttemptNet>> {
+fn wait_for_attempt(plane: &PlaneInner, generation: u64) -> Option<Arc<AttemptNet>> {
     let deadline = Instant::now() + ATTEMPT_WAIT;
     let mut attempts = plane.attempts.lock().ok()?;
     loop {
-        if let Some(net) = attempts.open.get(&attempt) {
+        if let Some(net) = attempts.open.get(&generation) {
             return Some(net.clone());
         }
-        if attempts.newest.is_some_and(|n| n > attempt) || Instant::now() >= deadline {
+        if attempts.newest.is_some_and(|n| n > generation) || Instant::now() >= deadline {
             return None;
         }
         attempts = plane
@@ -278,7 +279,7 @@ fn parse_header(buf: &[u8; FRAME_HEADER]) -> (u8, ChannelKey, u32) {
 
 /// One attempt's channels on this task manager.
 pub struct AttemptNet {
-    attempt: u32,
+    generation: u64,
     me: String,
     placement: HashMap<SubtaskId, String>,
     peers: HashMap<String, String>,
@@ -395,12 +396,12 @@ impl AttemptNet {
             broken: AtomicBool::new(false),
         });
         outbound.insert(tm.to_string(), out.clone());
-        let (attempt, me, tm) = (self.attempt, self.me.clone(), tm.to_string());
+        let (generation, me, tm) = (self.generation, self.me.clone(), tm.to_string());
         let weak = Arc::downgrade(&out);
         std::thread::Builder::new()
             .name("data-out".into())
             .spawn(move || {
-                if let Err(e) = run_outbound(&address, attempt, &me, &weak) {
+                if let Err(e) = run_outbound(&address, generation, &me, &weak) {
                     tracing::debug!(peer = %tm, error = %e, "outbound data connection ended");
                 }
                 if let Some(out) = weak.upgrade() {
@@ -413,7 +414,12 @@ impl AttemptNet {
 }
 
 /// Connects to a consumer task manager, says hello, then reads the credits it grants.
-fn run_outbound(address: &str, attempt: u32, me: &str, out: &Weak<Outbound>) -> Result<(), String> {
+fn run_outbound(
+    address: &str,
+    generation: u64,
+    me: &str,
+    out: &Weak<Outbound>,
+) -> Result<(), String> {
     let deadline = Instant::now() + ATTEMPT_WAIT;
     let mut stream = loop {
         match TcpStream::connect(address) {
@@ -431,7 +437,7 @@ fn run_outbound(address: &str, attempt: u32, me: &str, out: &Weak<Outbound>) -> 
     };
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     stream
-        .write_all(&hello(attempt, me))
+        .write_all(&hello(generation, me))
         .map_err(|e| format!("sending the hello to {address}: {e}"))?;
     {
         let Some(o) = out.upgrade() else {

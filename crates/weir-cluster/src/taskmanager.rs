@@ -36,7 +36,8 @@ pub type JobBuilder =
 /// How a task manager runs.
 #[derive(Clone, Debug)]
 pub struct TaskManagerOptions {
-    /// The job manager's control-plane address (host:port).
+    /// The job manager's control-plane address (host:port), or several separated by commas
+    /// (high availability: the leader among them accepts).
     pub job_manager: String,
     /// This task manager's id (unique in the cluster).
     pub id: String,
@@ -78,6 +79,7 @@ struct Job {
 /// One attempt's subtasks on this task manager.
 struct Running {
     attempt: u32,
+    generation: u64,
     controls: HashMap<SubtaskId, ControlSender>,
     watcher: JoinHandle<()>,
 }
@@ -106,9 +108,13 @@ pub fn run_task_manager(
     tracing::info!(id = %options.id, slots = options.slots, data = %data_address, "task manager started");
     let metrics: Arc<AttemptMetrics> = Arc::new(Mutex::new(None));
     let mut job: Option<Job> = None;
+    let session_outbox: Arc<Mutex<Option<Outbox>>> = Arc::new(Mutex::new(None));
     loop {
         let session = connect(&runtime, &options, &data_address)?;
         let (outbox, mut inbound) = session;
+        // Acknowledgements from snapshot workers (which outlive a session) go to the session
+        // of the moment.
+        *session_outbox.lock().expect("outbox lock") = Some(outbox.clone());
         let heartbeat = spawn_heartbeats(outbox.clone(), metrics.clone());
         let mut running: Option<Running> = None;
         let ended = loop {
@@ -124,7 +130,7 @@ pub fn run_task_manager(
                     tracing::info!(job_manager = %registered.job_manager_id, "registered");
                     heartbeat.set_interval(registered.heartbeat_interval_ms);
                     if job.is_none() {
-                        job = Some(build_job(build, &registered.job_args, &outbox)?);
+                        job = Some(build_job(build, &registered.job_args, &session_outbox)?);
                     }
                 }
                 from_job_manager::Kind::Deploy(d) => {
@@ -151,7 +157,7 @@ pub fn run_task_manager(
                         }
                         if cancel {
                             // Producers blocked on credit and readers stop at once.
-                            plane.close_attempt(r.attempt);
+                            plane.close_attempt(r.generation);
                         }
                     }
                 }
@@ -185,9 +191,24 @@ fn connect(
     data_address: &str,
 ) -> Result<(Outbox, tonic::Streaming<FromJobManager>), ClusterError> {
     let deadline = Instant::now() + options.connect_timeout;
-    let endpoint = format!("http://{}", options.job_manager);
+    let addresses: Vec<&str> = options
+        .job_manager
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    if addresses.is_empty() {
+        return Err(ClusterError::Config(
+            "--jobmanager needs an address (host:port, or several separated by commas)".into(),
+        ));
+    }
     let mut last_error = String::new();
+    let mut next = 0;
     while Instant::now() < deadline {
+        // Several job managers (high availability): only the leader accepts; try each in turn.
+        let address = addresses[next % addresses.len()];
+        next += 1;
+        let endpoint = format!("http://{address}");
         let attempt = runtime.block_on(async {
             let mut client = JobManagerClient::connect(endpoint.clone())
                 .await
@@ -212,10 +233,12 @@ fn connect(
             Ok(session) => return Ok(session),
             Err(e) => {
                 if last_error.is_empty() {
-                    tracing::info!(job_manager = %options.job_manager, error = %e, "waiting for the job manager");
+                    tracing::info!(job_manager = %address, error = %e, "waiting for the job manager");
                 }
-                last_error = e;
-                std::thread::sleep(Duration::from_millis(200));
+                last_error = format!("{address}: {e}");
+                if next % addresses.len() == 0 {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
             }
         }
     }
@@ -226,7 +249,11 @@ fn connect(
     )))
 }
 
-fn build_job(build: &JobBuilder, args: &[String], outbox: &Outbox) -> Result<Job, ClusterError> {
+fn build_job(
+    build: &JobBuilder,
+    args: &[String],
+    outbox: &Arc<Mutex<Option<Outbox>>>,
+) -> Result<Job, ClusterError> {
     let (graph, config) = build(args)
         .map_err(|e| ClusterError::Config(format!("cannot build the job {args:?}: {e}")))?;
     let storage = CheckpointStorage::open_configured(&config.checkpoint, &graph.name)
@@ -249,14 +276,20 @@ fn build_job(build: &JobBuilder, args: &[String], outbox: &Outbox) -> Result<Job
     })
 }
 
-/// Sends acknowledgements, declines and task status to the job manager.
-fn spawn_report_forwarder(messages: Receiver<CoordinatorMessage>, outbox: Outbox) {
+/// Sends acknowledgements, declines and task status to the job manager of the moment.
+fn spawn_report_forwarder(
+    messages: Receiver<CoordinatorMessage>,
+    outbox: Arc<Mutex<Option<Outbox>>>,
+) {
     std::thread::spawn(move || {
         for m in messages {
             let Some((attempt, report)) = Report::from_coordinator_message(m) else {
                 continue;
             };
-            send_report(&outbox, attempt, &report);
+            let current = outbox.lock().expect("outbox lock").clone();
+            if let Some(outbox) = current {
+                send_report(&outbox, attempt, &report);
+            }
         }
     });
 }
@@ -283,6 +316,7 @@ fn start_attempt(
     metrics: &Arc<AttemptMetrics>,
 ) -> Option<Running> {
     let attempt = plan.attempt;
+    let generation = plan.generation();
     let net = plane.open_attempt(&options.id, plan);
     let (events, event_rx) = crossbeam_channel::unbounded::<JobEvent>();
     let forward = outbox.clone();
@@ -375,10 +409,11 @@ fn start_attempt(
         let _ = watcher_outbox.send(message(from_task_manager::Kind::Stopped(AttemptStopped {
             attempt,
         })));
-        watcher_plane.close_attempt(attempt);
+        watcher_plane.close_attempt(generation);
     });
     Some(Running {
         attempt,
+        generation,
         controls,
         watcher,
     })
@@ -390,7 +425,7 @@ fn stop_running(plane: &DataPlane, running: Option<Running>) {
         for tx in r.controls.values() {
             tx.send(TaskControl::Cancel);
         }
-        plane.close_attempt(r.attempt);
+        plane.close_attempt(r.generation);
         let _ = r.watcher.join();
     }
 }

@@ -36,6 +36,13 @@ pub enum Delivery {
     Executor(JobEvent),
 }
 
+impl DeploymentPlan {
+    /// The attempt's number across leadership terms, ascending.
+    pub fn generation(&self) -> u64 {
+        (self.term << 32) | self.attempt as u64
+    }
+}
+
 impl Report {
     /// The report of a message a subtask or snapshot worker sent to its coordinator, with the
     /// attempt it belongs to; `None` for messages that stay in the process.
@@ -118,6 +125,8 @@ impl Report {
 /// One attempt's deployment, as every task manager gets it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeploymentPlan {
+    /// The job manager's leadership term: attempts of a later term are newer.
+    pub term: u64,
     pub attempt: u32,
     /// The task manager of every subtask of the job.
     pub placement: Vec<(SubtaskId, String)>,

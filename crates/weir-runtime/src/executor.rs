@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_checkpoint::{
-    CheckpointCoordinator, CheckpointStats, JobStatus, JobVertices, StandaloneCheckpointIdCounter,
+    CheckpointCoordinator, CheckpointIdCounter, CheckpointStats, CompletedCheckpointStore, Discard,
+    JobStatus, JobVertices, StandaloneCheckpointIdCounter,
 };
 use weir_core::config::CheckpointConfig;
 use weir_core::{CheckpointId, Clock, JobId, SystemClock};
@@ -165,7 +166,25 @@ pub fn execute_job(
     handle: &JobHandle,
     progress: &mut dyn FnMut(&JobProgress),
 ) -> Result<JobSummary, JobError> {
-    execute_with(graph, config, handle, progress, &mut LocalDeployer)
+    execute_with(graph, config, handle, progress, &mut LocalDeployer, None)
+}
+
+/// Where a job's checkpoint ids and completed checkpoints are kept when they must outlive the
+/// job manager (high availability: ZooKeeper). Without, ids are seeded from checkpoint storage
+/// and completed checkpoints found there.
+pub trait HighAvailabilityServices {
+    /// The id counter, which must hand out ids above `max_id` (the highest in storage).
+    fn checkpoint_id_counter(
+        &mut self,
+        max_id: CheckpointId,
+    ) -> Result<Box<dyn CheckpointIdCounter>, JobError>;
+    /// The completed checkpoint store as recorded, and what to delete for checkpoints beyond
+    /// `num_retained`. The job restores from its latest checkpoint.
+    fn completed_checkpoint_store(
+        &mut self,
+        storage: &CheckpointStorage,
+        num_retained: u32,
+    ) -> Result<(Box<dyn CompletedCheckpointStore>, Vec<Discard>), JobError>;
 }
 
 /// Like [`execute_job`], with the attempts deployed by `deployer` (in cluster mode: on the
@@ -176,8 +195,9 @@ pub fn execute_with(
     handle: &JobHandle,
     progress: &mut dyn FnMut(&JobProgress),
     deployer: &mut dyn Deployer,
+    ha: Option<&mut dyn HighAvailabilityServices>,
 ) -> Result<JobSummary, JobError> {
-    let result = run_job(graph, config, handle, progress, deployer);
+    let result = run_job(graph, config, handle, progress, deployer, ha);
     match &result {
         Ok(summary) if summary.cancelled => handle.set_status(JobStatus::Cancelled),
         Ok(_) => handle.set_status(JobStatus::Finished),
@@ -195,6 +215,7 @@ fn run_job(
     handle: &JobHandle,
     progress: &mut dyn FnMut(&JobProgress),
     deployer: &mut dyn Deployer,
+    mut ha: Option<&mut dyn HighAvailabilityServices>,
 ) -> Result<JobSummary, JobError> {
     let stop = handle.stop_handle();
     graph.validate()?;
@@ -202,7 +223,31 @@ fn run_job(
     let storage = CheckpointStorage::open_configured(&config.checkpoint, &graph.name)?;
     // Ids continue above every checkpoint directory ever created, complete or not.
     let max_id = storage.max_checkpoint_id()?.unwrap_or_default();
-    let start = start_point(&storage, config.start)?;
+    // In HA mode the job carries on from what ZooKeeper recorded; only a job's first leader
+    // (nothing recorded yet) applies the start mode.
+    let mut ha_store = None;
+    let start = match ha.as_deref_mut() {
+        Some(ha) => {
+            let (store, evicted) =
+                ha.completed_checkpoint_store(&storage, config.checkpoint.num_retained)?;
+            for discard in evicted {
+                storage.discard_checkpoint(discard.checkpoint)?;
+                for path in discard.shared_paths {
+                    storage.discard_file(&path)?;
+                }
+            }
+            let recorded = store.latest().map(|c| c.id);
+            ha_store = Some(store);
+            match recorded {
+                Some(id) => crate::restore::StartPoint {
+                    latest: Some(storage.read_metadata(id)?),
+                    older: Vec::new(),
+                },
+                None => start_point(&storage, config.start)?,
+            }
+        }
+        None => start_point(&storage, config.start)?,
+    };
     for id in storage.discard_incomplete()? {
         tracing::info!(checkpoint = %id, "deleted the files of a checkpoint that never completed");
     }
@@ -238,18 +283,24 @@ fn run_job(
 
     let job = JobId::from_name(&graph.name);
     let (sources, all) = subtask_ids(graph);
-    let mut coordinator = CheckpointCoordinator::new(
-        job,
-        config.checkpoint.clone(),
-        JobVertices {
-            sources: sources.clone(),
-            all,
-        },
-    );
+    let vertices = JobVertices {
+        sources: sources.clone(),
+        all,
+    };
+    // A store recovered from ZooKeeper holds its checkpoints already.
+    let recovered = ha_store.as_ref().is_some_and(|s| s.latest().is_some());
+    let mut coordinator = match ha_store {
+        Some(store) => {
+            CheckpointCoordinator::with_store(job, config.checkpoint.clone(), vertices, store)
+        }
+        None => CheckpointCoordinator::new(job, config.checkpoint.clone(), vertices),
+    };
     let mut retained: Vec<_> = start.older.into_iter().map(|m| m.checkpoint).collect();
     let mut restore_from = start.latest;
-    retained.extend(restore_from.as_ref().map(|m| m.checkpoint.clone()));
-    if !retained.is_empty() {
+    if !recovered {
+        retained.extend(restore_from.as_ref().map(|m| m.checkpoint.clone()));
+    }
+    if recovered || !retained.is_empty() {
         // Restoring may evict checkpoints beyond num-retained (e.g. after lowering it).
         for action in coordinator.restore(retained, clock.now_ms()) {
             if let weir_checkpoint::Action::DiscardCheckpoint {
@@ -283,7 +334,10 @@ fn run_job(
             savepoint_dir: config.savepoint_dir.clone(),
         },
         coordinator,
-        Box::new(StandaloneCheckpointIdCounter::starting_after(max_id)),
+        match ha {
+            Some(ha) => ha.checkpoint_id_counter(max_id)?,
+            None => Box::new(StandaloneCheckpointIdCounter::starting_after(max_id)),
+        },
         storage.clone(),
         clock.clone(),
         coordinator_rx,

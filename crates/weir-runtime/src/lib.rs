@@ -45,8 +45,8 @@ pub mod watermark_valve;
 
 pub use error::{JobError, TaskError};
 pub use executor::{
-    execute, execute_job, execute_with, ClaimMode, ExecutionConfig, JobProgress, JobSummary,
-    LastCheckpoint, StopHandle,
+    execute, execute_job, execute_with, ClaimMode, ExecutionConfig, HighAvailabilityServices,
+    JobProgress, JobSummary, LastCheckpoint, StopHandle,
 };
 pub use handle::{Drain, JobHandle, RequestStatus};
 pub use operator::{OneInputOperator, OperatorContext, SourceFunction, SourceStatus};

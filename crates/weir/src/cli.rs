@@ -163,14 +163,20 @@ impl JobArgs {
             config.set("parallelism.default", &p.to_string())?;
         }
         CheckpointConfig::from_config(&config)?;
-        // The ZooKeeper building blocks exist, but a job run here is one process: accepting the
-        // option would promise a failover that does not happen.
+        weir_core::config::HighAvailabilityConfig::from_config(&config)?;
+        Ok(config)
+    }
+
+    /// [`JobArgs::config`] for a job run in this one process, where a job manager failover
+    /// cannot happen: high availability is refused rather than promised.
+    pub fn local_config(&self, defaults: &[(&str, &str)]) -> Result<Config, CliError> {
+        let config = self.config(defaults)?;
         if config
             .get("high-availability.type")
             .is_some_and(|t| !t.eq_ignore_ascii_case("none"))
         {
             return Err(CliError::usage(
-                "high-availability.type: only NONE is supported by jobs run in one process; cluster mode with ZooKeeper is not available yet",
+                "high-availability.type: ZooKeeper needs cluster mode (weir jobmanager … -- run …); a job run in one process has no job manager to fail over",
             ));
         }
         Ok(config)

@@ -7,12 +7,18 @@
 
 use clap::{Args, Parser};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+use weir_cluster::ha::LeaderServices;
 use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
 use weir_cluster::taskmanager::{run_task_manager, TaskManagerExit, TaskManagerOptions};
-use weir_core::config::Config;
+use weir_core::config::{Config, HighAvailabilityConfig, ZooKeeperHaConfig};
+use weir_core::JobId;
+use weir_ha::{LeadershipEvent, ZooKeeperHaServices};
 use weir_runtime::graph::JobGraph;
 use weir_runtime::ExecutionConfig;
+use weir_runtime::StopHandle;
 
 use crate::cli::{Cli, Command, RunCommand};
 use crate::CliError;
@@ -78,6 +84,7 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
         heartbeat_timeout: duration("heartbeat.timeout", Duration::from_secs(10))?,
         slot_timeout: duration("slot.request.timeout", Duration::from_secs(300))?,
         min_task_managers: args.wait_for_task_managers,
+        standby: false,
     };
     if options.heartbeat_interval.is_zero()
         || options.heartbeat_timeout <= options.heartbeat_interval
@@ -108,20 +115,118 @@ fn job_command(job: &[String]) -> Result<crate::cli::WordcountArgs, CliError> {
 /// Builds the job as a task manager does.
 pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> {
     let args = job_command(job).map_err(|e| e.message)?;
-    let built = crate::wordcount::build(&args).map_err(|e| e.message)?;
+    let built = crate::wordcount::build(&args, true).map_err(|e| e.message)?;
     Ok((built.graph, built.exec))
 }
 
 pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     let options = job_manager_options(&args)?;
-    let wordcount = job_command(&args.job)?;
+    let mut wordcount = job_command(&args.job)?;
+    // The job manager's -D options are the job's too: every option can be given on any
+    // command line, and the task managers get them with the job's flags.
+    wordcount.job.define.extend(args.define.iter().cloned());
+    let mut options = options;
+    options.job_args.extend(
+        args.define
+            .iter()
+            .flat_map(|d| ["-D".to_string(), d.clone()]),
+    );
     // Fail on bad job flags here, before any task manager is involved.
-    crate::wordcount::build(&wordcount)?;
+    let built = crate::wordcount::build(&wordcount, true)?;
+    let config = wordcount.job.config(&[])?;
+    let ha = HighAvailabilityConfig::from_config(&config)?;
+    options.standby = !matches!(ha, HighAvailabilityConfig::None);
     let jm = JobManager::start(options).map_err(|e| CliError::usage(e.to_string()))?;
     eprintln!("job manager listening on {}", jm.address());
-    let result = crate::wordcount::run_on(wordcount, &mut jm.deployer());
+    let stop = StopHandle::new();
+    let on_interrupt = stop.clone();
+    let _ = ctrlc::set_handler(move || on_interrupt.stop());
+    let result = match ha {
+        HighAvailabilityConfig::None => {
+            crate::wordcount::run_on(wordcount, true, &mut jm.deployer(), None, &stop)
+        }
+        HighAvailabilityConfig::ZooKeeper(zk) => {
+            lead_when_elected(&jm, &zk, &built.graph.name, wordcount, &stop)
+        }
+    };
     jm.finish(if result.is_ok() { "FINISHED" } else { "FAILED" });
     result
+}
+
+/// High availability: contends for leadership of the job in ZooKeeper; while leading, runs the
+/// job from the latest checkpoint ZooKeeper records; on losing leadership cancels it here at
+/// once (its writes to ZooKeeper are fenced from then on) and contends again.
+fn lead_when_elected(
+    jm: &JobManager,
+    zk: &ZooKeeperHaConfig,
+    job_name: &str,
+    wordcount: crate::cli::WordcountArgs,
+    stop: &StopHandle,
+) -> Result<(), CliError> {
+    let services = ZooKeeperHaServices::connect(zk, JobId::from_name(job_name))
+        .map_err(|e| CliError::usage(format!("high availability: {e}")))?;
+    let election = services.leader_election(&jm.address().to_string());
+    let events = election.subscribe();
+    loop {
+        tracing::info!(quorum = %zk.quorum, "standing by: waiting for leadership");
+        let token = loop {
+            if stop.is_stopped() {
+                return Ok(());
+            }
+            if let Some(token) = election.await_leadership(Duration::from_millis(200)) {
+                break token;
+            }
+        };
+        tracing::info!(%token, "granted leadership");
+        jm.grant_leadership(token.epoch);
+        let term = StopHandle::new();
+        let revoked = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (term, revoked, stop) = (term.clone(), revoked.clone(), stop.clone());
+            let events = events.clone();
+            let epoch = token.epoch;
+            std::thread::spawn(move || loop {
+                match events.recv_timeout(Duration::from_millis(50)) {
+                    Ok(LeadershipEvent::Revoked { token, reason }) if token.epoch == epoch => {
+                        revoked.store(true, Ordering::SeqCst);
+                        term.cancel();
+                        tracing::error!(%reason, "lost leadership: cancelling the job here");
+                        return;
+                    }
+                    Ok(_) | Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                }
+                if term.is_stopped() && !revoked.load(Ordering::SeqCst) {
+                    return; // the term ended by itself
+                }
+                if stop.is_stopped() {
+                    term.stop();
+                }
+            })
+        };
+        let mut leader = LeaderServices {
+            services: services.clone(),
+            token,
+        };
+        let result = crate::wordcount::run_on(
+            wordcount.clone(),
+            true,
+            &mut jm.deployer(),
+            Some(&mut leader),
+            &term,
+        );
+        let lost = revoked.load(Ordering::SeqCst);
+        if !lost {
+            term.cancel(); // ends the watcher
+        } else {
+            jm.revoke_leadership();
+        }
+        let _ = watcher.join();
+        if !lost {
+            return result;
+        }
+        tracing::warn!("the job was cancelled here after losing leadership; standing by again");
+    }
 }
 
 pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {

@@ -89,7 +89,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     if args.users == 0 {
         return Err(CliError::usage("--users must be at least 1"));
     }
-    let config = args.job.config(&[
+    let config = args.job.local_config(&[
         ("parallelism.default", "2"),
         ("execution.checkpointing.interval", "1s"),
         (

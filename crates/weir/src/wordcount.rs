@@ -7,7 +7,7 @@ use weir_api::prelude::*;
 use weir_connectors::file_source::check_input;
 use weir_connectors::{CommittingFileSink, FileSource, SinkMode};
 use weir_runtime::deploy::{Deployer, LocalDeployer};
-use weir_runtime::{execute_with, JobHandle, StopHandle};
+use weir_runtime::{execute_with, HighAvailabilityServices, JobHandle, StopHandle};
 
 use crate::cli::WordcountArgs;
 use crate::demo::execution_config;
@@ -46,8 +46,9 @@ pub struct Wordcount {
     skipped: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// Builds the job from its flags. Every process of a cluster calls this with the same flags.
-pub fn build(args: &WordcountArgs) -> Result<Wordcount, CliError> {
+/// Builds the job from its flags. Every process of a cluster calls this with the same flags
+/// (`cluster`); a job run in one process refuses high availability.
+pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError> {
     if args.job.checkpoint_dir.is_none() {
         return Err(CliError::usage("wordcount needs --checkpoint-dir DIR"));
     }
@@ -58,9 +59,12 @@ pub fn build(args: &WordcountArgs) -> Result<Wordcount, CliError> {
             args.output.display()
         )));
     }
-    let config = args
-        .job
-        .config(&[("execution.checkpointing.interval", "1s")])?;
+    let defaults = [("execution.checkpointing.interval", "1s")];
+    let config = if cluster {
+        args.job.config(&defaults)?
+    } else {
+        args.job.local_config(&defaults)?
+    };
     let mut exec = execution_config(&config, args.job.start_mode())?;
     args.job.apply_restore(&mut exec);
     let mode = if args.sink_mode == "at-least-once" {
@@ -99,23 +103,30 @@ pub fn build(args: &WordcountArgs) -> Result<Wordcount, CliError> {
 }
 
 pub fn run(args: WordcountArgs) -> Result<(), CliError> {
-    run_on(args, &mut LocalDeployer)
+    let stop = StopHandle::new();
+    let on_interrupt = stop.clone();
+    let _ = ctrlc::set_handler(move || on_interrupt.stop());
+    run_on(args, false, &mut LocalDeployer, None, &stop)
 }
 
-/// Runs the job with its attempts deployed by `deployer`: in this process, or on a cluster's
-/// task managers (`weir jobmanager -- run wordcount …`).
-pub fn run_on(args: WordcountArgs, deployer: &mut dyn Deployer) -> Result<(), CliError> {
+/// Runs the job with its attempts deployed by `deployer` — in this process, or on a cluster's
+/// task managers (`weir jobmanager -- run wordcount …`) — and its checkpoint ids and completed
+/// checkpoints kept by `ha` (ZooKeeper) or in this process; `stop` stops or cancels it.
+pub fn run_on(
+    args: WordcountArgs,
+    cluster: bool,
+    deployer: &mut dyn Deployer,
+    ha: Option<&mut dyn HighAvailabilityServices>,
+    stop: &StopHandle,
+) -> Result<(), CliError> {
     let Wordcount {
         graph,
         exec,
         skipped,
-    } = build(&args)?;
-    let stop = StopHandle::new();
-    let on_interrupt = stop.clone();
-    let _ = ctrlc::set_handler(move || on_interrupt.stop());
+    } = build(&args, cluster)?;
     let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
     let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
-    let summary = execute_with(&graph, &exec, &handle, &mut |_| {}, deployer);
+    let summary = execute_with(&graph, &exec, &handle, &mut |_| {}, deployer, ha);
     served.finish();
     let summary = summary?;
     let secs = summary.elapsed.as_secs_f64();

@@ -74,38 +74,55 @@ impl Drop for Process {
 }
 
 fn job_manager(dir: &Path, port: u16, input: &Path, parallelism: u32) -> Process {
+    job_manager_with(dir, port, input, parallelism, &[], "jobmanager")
+}
+
+fn job_manager_with(
+    dir: &Path,
+    port: u16,
+    input: &Path,
+    parallelism: u32,
+    defines: &[String],
+    name: &str,
+) -> Process {
     let mut cmd = weir();
     cmd.current_dir(dir)
         .args(["jobmanager", "--bind", "127.0.0.1", "--rpc-port"])
         .arg(port.to_string())
-        .args(["--wait-for-task-managers", "3"])
-        .args([
-            "-D",
-            "heartbeat.interval=200ms",
-            "-D",
-            "heartbeat.timeout=3s",
-        ])
-        .args(["--", "run", "wordcount", "--input"])
-        .arg(input)
-        .args(["--output"])
-        .arg(dir.join("output"))
-        .args(["--checkpoint-dir"])
-        .arg(dir.join("checkpoints"))
-        .args(["--parallelism", &parallelism.to_string()])
-        .args(["--checkpoint-interval", "100ms"])
-        .args(["-D", "restart-strategy.type=fixed-delay"])
-        .args(["-D", "restart-strategy.fixed-delay.attempts=10"])
-        .args(["-D", "restart-strategy.fixed-delay.delay=0ms"]);
-    Process::start(cmd, dir.join("jobmanager.log"))
+        .args(["--wait-for-task-managers", "3"]);
+    for define in defines {
+        cmd.args(["-D", define]);
+    }
+    cmd.args([
+        "-D",
+        "heartbeat.interval=200ms",
+        "-D",
+        "heartbeat.timeout=3s",
+    ])
+    .args(["--", "run", "wordcount", "--input"])
+    .arg(input)
+    .args(["--output"])
+    .arg(dir.join("output"))
+    .args(["--checkpoint-dir"])
+    .arg(dir.join("checkpoints"))
+    .args(["--parallelism", &parallelism.to_string()])
+    .args(["--checkpoint-interval", "100ms"])
+    .args(["-D", "restart-strategy.type=fixed-delay"])
+    .args(["-D", "restart-strategy.fixed-delay.attempts=10"])
+    .args(["-D", "restart-strategy.fixed-delay.delay=0ms"]);
+    Process::start(cmd, dir.join(format!("{name}.log")))
 }
 
 fn task_manager(dir: &Path, port: u16, slots: u32, n: usize) -> Process {
+    task_manager_of(dir, &format!("127.0.0.1:{port}"), slots, n)
+}
+
+fn task_manager_of(dir: &Path, job_managers: &str, slots: u32, n: usize) -> Process {
     let mut cmd = weir();
     cmd.current_dir(dir)
-        .args(["taskmanager", "--jobmanager"])
-        .arg(format!("127.0.0.1:{port}"))
+        .args(["taskmanager", "--jobmanager", job_managers])
         .args(["--slots", &slots.to_string(), "--id", &format!("tm-{n}")])
-        .args(["--connect-timeout", "30s"]);
+        .args(["--connect-timeout", "60s"]);
     Process::start(cmd, dir.join(format!("taskmanager-{n}.log")))
 }
 
@@ -180,6 +197,154 @@ fn a_task_manager_killed_with_sigkill_mid_run_fails_over_and_the_output_is_exact
             "task manager {n} failed:\n{}",
             tms[n].log()
         );
+    }
+    assert_exactly_once(&input, &dir.path().join("output"));
+}
+
+/// The high-availability tests share the test ZooKeeper, and one restarts it: one at a time.
+static ZOOKEEPER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn zookeeper() -> String {
+    match std::env::var("WEIR_TEST_ZK") {
+        Ok(address) if !address.is_empty() => address,
+        _ => panic!(
+            "WEIR_TEST_ZK is not set: the high-availability tests need a real ZooKeeper; run scripts/test.sh"
+        ),
+    }
+}
+
+/// The HA options of a job whose znodes live under a root no other run uses.
+fn ha_options(dir: &Path, test: &str) -> Vec<String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    vec![
+        "high-availability.type=zookeeper".into(),
+        format!("high-availability.zookeeper.quorum={}", zookeeper()),
+        format!("high-availability.zookeeper.path.root=/weir-e2e/{test}-{nanos}"),
+        format!("high-availability.storageDir={}", dir.join("ha").display()),
+        "high-availability.zookeeper.client.session-timeout=2s".into(),
+        "high-availability.zookeeper.client.connection-timeout=2s".into(),
+    ]
+}
+
+/// The ids of the checkpoints a job manager's log says completed, in order.
+fn completed_ids(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("checkpoint completed"))
+        .filter_map(|l| {
+            l.split("checkpoint=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|id| id.parse().ok())
+        })
+        .collect()
+}
+
+#[test]
+fn the_standby_job_manager_takes_over_from_a_killed_leader_and_ids_keep_ascending() {
+    let _zk = ZOOKEEPER.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 13, 30, 20_000);
+    let ha = ha_options(dir.path(), "takeover");
+    let ports = [free_port(), free_port()];
+    let mut jms: Vec<Process> = ports
+        .iter()
+        .enumerate()
+        .map(|(n, port)| {
+            job_manager_with(
+                dir.path(),
+                *port,
+                &input,
+                3,
+                &ha,
+                &format!("jobmanager-{n}"),
+            )
+        })
+        .collect();
+    let addresses = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| task_manager_of(dir.path(), &addresses, 2, n))
+        .collect();
+    // Whoever leads runs the job: wait for its checkpoints, then kill it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        if let Some(n) = (0..2).find(|n| completed_ids(&jms[*n].log()).len() >= 2) {
+            break n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader completed two checkpoints; logs:\n{}\n{}\n{}",
+            jms[0].log(),
+            jms[1].log(),
+            tms[0].log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    jms[leader].kill();
+    let before = completed_ids(&jms[leader].log());
+    let standby = 1 - leader;
+    let status = jms[standby].wait(Duration::from_secs(180));
+    let log = jms[standby].log();
+    assert!(status.success(), "the standby failed:\n{log}");
+    assert!(log.contains("granted leadership"), "{log}");
+    assert!(
+        log.contains("recovered the completed checkpoints ZooKeeper records"),
+        "the new leader did not recover from ZooKeeper:\n{log}"
+    );
+    let after = completed_ids(&log);
+    assert!(!after.is_empty(), "{log}");
+    assert!(
+        after.iter().all(|id| id > before.iter().max().unwrap()),
+        "ids did not keep ascending across leaders: before {before:?}, after {after:?}"
+    );
+    assert!(after.windows(2).all(|w| w[0] < w[1]), "{after:?}");
+    for (n, tm) in tms.iter_mut().enumerate() {
+        let status = tm.wait(Duration::from_secs(20));
+        assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
+    }
+    assert_exactly_once(&input, &dir.path().join("output"));
+}
+
+fn zookeeper_script(command: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/zookeeper.sh");
+    assert!(
+        std::env::var_os("WEIR_ZK_DIR").is_some(),
+        "WEIR_ZK_DIR is not set: this test restarts the test ZooKeeper; run scripts/test.sh"
+    );
+    let status = Command::new("bash")
+        .arg(&script)
+        .arg(command)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "scripts/zookeeper.sh {command}: {status}");
+}
+
+#[test]
+fn a_zookeeper_restart_mid_run_loses_nothing() {
+    let _zk = ZOOKEEPER.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 17, 30, 20_000);
+    let ha = ha_options(dir.path(), "zk-restart");
+    let port = free_port();
+    let mut jm = job_manager_with(dir.path(), port, &input, 3, &ha, "jobmanager");
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| task_manager(dir.path(), port, 1, n))
+        .collect();
+    wait_for_checkpoints(dir.path(), 2, &jm);
+    zookeeper_script("stop");
+    std::thread::sleep(Duration::from_millis(1500));
+    zookeeper_script("start");
+    let status = jm.wait(Duration::from_secs(180));
+    let log = jm.log();
+    assert!(status.success(), "job manager failed:\n{log}");
+    let ids = completed_ids(&log);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    for (n, tm) in tms.iter_mut().enumerate() {
+        let status = tm.wait(Duration::from_secs(20));
+        assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
     }
     assert_exactly_once(&input, &dir.path().join("output"));
 }

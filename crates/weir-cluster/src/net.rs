@@ -145,8 +145,20 @@ fn accept_loop(listener: TcpListener, plane: Weak<PlaneInner>) {
                 let _ = std::thread::Builder::new()
                     .name("data-in".into())
                     .spawn(move || {
-                        if let Err(e) = serve_inbound(stream, &plane) {
-                            tracing::debug!(error = %e, "inbound data connection ended");
+                        let closer = stream.try_clone().ok();
+                        match serve_inbound(stream, &plane) {
+                            Ok(()) => {}
+                            // Connections break when an attempt is cancelled or a peer dies.
+                            Err(InboundEnd::Io(e)) => {
+                                tracing::debug!(error = %e, "inbound data connection ended")
+                            }
+                            Err(InboundEnd::Protocol(e)) => {
+                                tracing::warn!(error = %e, "dropped a data connection")
+                            }
+                        }
+                        // Also the half the attempt's credit returns write to.
+                        if let Some(closer) = closer {
+                            let _ = closer.shutdown(Shutdown::Both);
                         }
                     });
             }
@@ -155,24 +167,32 @@ fn accept_loop(listener: TcpListener, plane: Weak<PlaneInner>) {
     }
 }
 
+/// Why an inbound connection ended.
+enum InboundEnd {
+    /// The connection broke (an attempt was cancelled, a peer died).
+    Io(String),
+    /// The peer sent something that is not Weir's data protocol, or broke its rules.
+    Protocol(String),
+}
+
 /// Reads one producer task manager's connection: its hello, then its frames.
-fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), String> {
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), InboundEnd> {
+    let io = |e: std::io::Error| InboundEnd::Io(e.to_string());
+    stream.set_nodelay(true).map_err(io)?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let (generation, producer_tm) = read_hello(&mut stream)?;
-    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+        .map_err(io)?;
+    let (generation, producer_tm) = read_hello(&mut stream).map_err(InboundEnd::Protocol)?;
+    stream.set_read_timeout(None).map_err(io)?;
     let Some(net) = wait_for_attempt(plane, generation) else {
-        return Err(format!(
+        return Err(InboundEnd::Io(format!(
             "attempt {} of term {} is not (or no longer) deployed here",
             generation as u32,
             generation >> 32
-        ));
+        )));
     };
-    let writer = stream.try_clone().map_err(|e| e.to_string())?;
-    net.attach_inbound(&producer_tm, writer)
-        .map_err(|e| e.to_string())?;
+    let writer = stream.try_clone().map_err(io)?;
+    net.attach_inbound(&producer_tm, writer);
     let mut reader = std::io::BufReader::with_capacity(256 << 10, stream);
     let mut payload = Vec::new();
     loop {
@@ -180,29 +200,31 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), String
         match reader.read_exact(&mut header) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(format!("reading from {producer_tm}: {e}")),
+            Err(e) => return Err(InboundEnd::Io(format!("reading from {producer_tm}: {e}"))),
         }
         let (kind, key, len) = parse_header(&header);
         if kind != DATA || len as usize > MAX_FRAME {
-            return Err(format!(
+            return Err(InboundEnd::Protocol(format!(
                 "task manager {producer_tm} sent a malformed frame (type {kind}, {len} bytes)"
-            ));
+            )));
         }
         payload.resize(len as usize, 0);
         reader
             .read_exact(&mut payload)
-            .map_err(|e| format!("reading a frame from {producer_tm}: {e}"))?;
+            .map_err(|e| InboundEnd::Io(format!("reading a frame from {producer_tm}: {e}")))?;
         if net.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        let mut decoders = net.decoders.lock().map_err(|_| "decoders poisoned")?;
+        let mut decoders = net.decoders.lock().expect("decoders lock");
         let Some(decode) = decoders.get_mut(&key) else {
-            return Err(format!(
+            return Err(InboundEnd::Protocol(format!(
                 "task manager {producer_tm} sent on channel {key:?}, which is not deployed here"
-            ));
+            )));
         };
         if let Err(e) = decode(&payload) {
-            return Err(format!("channel {key:?} from {producer_tm}: {e}"));
+            return Err(InboundEnd::Protocol(format!(
+                "channel {key:?} from {producer_tm}: {e}"
+            )));
         }
     }
 }
@@ -352,7 +374,7 @@ impl AttemptNet {
     /// the channels; in [`Network::incoming`]: the channel, then the connection), so a channel
     /// registered at the same time is found by at least one of them; its `OnceLock` makes sure
     /// the first credits go out once.
-    fn attach_inbound(&self, producer_tm: &str, stream: TcpStream) -> Result<(), ClusterError> {
+    fn attach_inbound(&self, producer_tm: &str, stream: TcpStream) {
         let conn = Arc::new(Mutex::new(stream));
         self.conns
             .lock()
@@ -368,7 +390,6 @@ impl AttemptNet {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
-        Ok(())
     }
 
     fn tm_of(&self, subtask: SubtaskId) -> Result<&str, JobError> {
@@ -589,5 +610,164 @@ impl Network for AttemptNet {
             }
         }
         Ok(Arc::new(move || channel.grant(key, 1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::RecvTimeoutError;
+    use weir_core::{Element, OperatorId};
+    use weir_runtime::remote::{remote_receiver, remote_sink};
+
+    const KEY: ChannelKey = ChannelKey {
+        edge: 0,
+        producer: 0,
+        consumer: 0,
+    };
+
+    fn producer() -> SubtaskId {
+        SubtaskId::new(OperatorId::from_uid("source"), 0)
+    }
+
+    fn consumer() -> SubtaskId {
+        SubtaskId::new(OperatorId::from_uid("sink"), 0)
+    }
+
+    /// Two task managers' data planes on loopback, with the producer on "a" and the consumer
+    /// on "b", and the attempt's networks opened on both.
+    fn two_planes() -> (DataPlane, DataPlane, Arc<AttemptNet>, Arc<AttemptNet>) {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (a, b) = (
+            DataPlane::bind(loopback).unwrap(),
+            DataPlane::bind(loopback).unwrap(),
+        );
+        let plan = DeploymentPlan {
+            term: 0,
+            attempt: 3,
+            placement: vec![(producer(), "a".into()), (consumer(), "b".into())],
+            peers: vec![
+                ("a".into(), a.address().to_string()),
+                ("b".into(), b.address().to_string()),
+            ],
+            restore: None,
+        };
+        let (net_a, net_b) = (a.open_attempt("a", &plan), b.open_attempt("b", &plan));
+        (a, b, net_a, net_b)
+    }
+
+    /// Sends `element` on a thread; the receiver hears when the send returned.
+    type Sink = Arc<Mutex<Box<dyn weir_runtime::channel::ChannelSink<u64>>>>;
+
+    fn send_async(
+        sink: Sink,
+        element: Element<u64>,
+    ) -> crossbeam_channel::Receiver<Result<(), TaskError>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let _ = tx.send(sink.lock().unwrap().send(element));
+        });
+        rx
+    }
+
+    #[test]
+    fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
+        let (_a, _b, net_a, net_b) = two_planes();
+        assert!(net_a.is_local(producer()) && !net_a.is_local(consumer()));
+        let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
+        let credit = net_b.incoming(KEY, producer(), 2, decoder).unwrap();
+        let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
+            net_a.outgoing(KEY, consumer()).unwrap(),
+        )));
+
+        // Two credits: two batches go through while nobody reads.
+        for batch in [vec![1, 2], vec![3]] {
+            let sent = send_async(sink.clone(), Element::Records(batch));
+            sent.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+        }
+        // The third waits: the consumer's queue is full and no credit came back.
+        let third = send_async(sink.clone(), Element::Records(vec![4]));
+        assert!(matches!(
+            third.recv_timeout(Duration::from_millis(300)),
+            Err(RecvTimeoutError::Timeout)
+        ));
+        // The consumer takes one batch and returns its credit: the third goes through.
+        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(matches!(first, Element::Records(b) if b == vec![1, 2]));
+        credit();
+        third
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        let rest: Vec<Element<u64>> = (0..2)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert!(matches!(&rest[0], Element::Records(b) if *b == vec![3]));
+        assert!(matches!(&rest[1], Element::Records(b) if *b == vec![4]));
+    }
+
+    #[test]
+    fn closing_the_attempt_releases_a_producer_waiting_for_credit() {
+        let (a, _b, net_a, net_b) = two_planes();
+        let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
+        let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
+        let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
+            net_a.outgoing(KEY, consumer()).unwrap(),
+        )));
+        send_async(sink.clone(), Element::Records(vec![1]))
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        let blocked = send_async(sink, Element::Records(vec![2]));
+        assert!(blocked.recv_timeout(Duration::from_millis(200)).is_err());
+        a.close_attempt(3);
+        let result = blocked.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            matches!(result, Err(TaskError::ChannelClosed)),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn a_connection_that_is_not_weir_is_dropped_and_the_plane_keeps_serving() {
+        let (_a, b, net_a, net_b) = two_planes();
+        let mut garbage = TcpStream::connect(b.address()).unwrap();
+        garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        garbage
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            garbage.read(&mut buf).unwrap_or(0),
+            0,
+            "closed without a reply"
+        );
+        // A real producer still gets through.
+        let (rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
+        let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
+        let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
+        sink.send(Element::EndOfInput).unwrap();
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            Element::EndOfInput
+        ));
+    }
+
+    #[test]
+    fn a_frame_longer_than_any_batch_ends_the_connection_instead_of_allocating_it() {
+        let (_a, b, _net_a, net_b) = two_planes();
+        let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
+        let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
+        let mut raw = TcpStream::connect(b.address()).unwrap();
+        raw.write_all(&hello(3, "a")).unwrap();
+        let mut frame = [0u8; FRAME_HEADER];
+        write_header(&mut frame, DATA, KEY, u32::MAX);
+        raw.write_all(&frame).unwrap();
+        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // The plane sends the first credits, then drops the connection.
+        let mut all = Vec::new();
+        raw.read_to_end(&mut all)
+            .expect("the plane closes the connection (no read timeout)");
+        assert_eq!(all.len(), FRAME_HEADER, "only the credit frame came back");
     }
 }

@@ -8,7 +8,9 @@
 use std::sync::atomic::Ordering;
 use weir_api::prelude::*;
 use weir_connectors::{Event, EventGenerator};
-use weir_runtime::execute;
+use weir_runtime::deploy::{Deployer, LocalDeployer};
+use weir_runtime::graph::JobGraph;
+use weir_runtime::{execute_with, JobHandle};
 
 use crate::bench_suite::{CountingSink, KeyedCountArgs, Setup};
 use crate::CliError;
@@ -65,11 +67,14 @@ impl KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum {
     }
 }
 
-pub fn run(args: KeyedCountArgs) -> Result<(), CliError> {
+/// The job's graph, and the sink that counts its results (in the process that runs it).
+pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> {
     if args.keys == 0 || (args.records == 0 && args.run.duration.is_none()) {
         return Err(CliError::usage("--records and --keys must be at least 1"));
     }
-    let setup = Setup::new(&args.run, "keyed-count")?;
+    if args.run.parallelism == 0 {
+        return Err(CliError::usage("--parallelism must be at least 1"));
+    }
     let env = StreamEnv::new("keyed-count");
     let p = args.run.parallelism;
     env.set_parallelism(p);
@@ -88,8 +93,31 @@ pub fn run(args: KeyedCountArgs) -> Result<(), CliError> {
             },
         )
         .sink("sink", sink.clone());
-    let summary = execute(&env.build()?, &setup.exec, &setup.stop, &mut |_| {})?;
-    let measured = setup.finish(&summary);
+    Ok((env.build()?, sink))
+}
+
+pub fn run(args: KeyedCountArgs) -> Result<(), CliError> {
+    run_on(args, &mut LocalDeployer, false)
+}
+
+/// Runs the benchmark with its attempts deployed by `deployer`: in this process, or on a
+/// cluster's task managers (`weir jobmanager -- bench keyed-count …`; the results are then
+/// counted on the task managers and not reported here).
+pub fn run_on(
+    args: KeyedCountArgs,
+    deployer: &mut dyn Deployer,
+    cluster: bool,
+) -> Result<(), CliError> {
+    let (graph, sink) = job(&args)?;
+    let setup = Setup::new(&args.run, "keyed-count")?;
+    let handle = JobHandle::new(&graph, &setup.exec.checkpoint, setup.stop.clone());
+    let summary = execute_with(&graph, &setup.exec, &handle, &mut |_| {}, deployer, None)?;
+    let mut measured = setup.finish(&summary);
+    if cluster {
+        // The subtasks ran on the task managers: this process's CPU and memory say nothing.
+        measured.cpu_seconds = 0.0;
+        measured.peak_rss_bytes = 0;
+    }
     let records = summary.records;
     let results = sink.0.load(Ordering::Relaxed);
     let extra = format!(
@@ -100,6 +128,15 @@ pub fn run(args: KeyedCountArgs) -> Result<(), CliError> {
         println!(
             "{}",
             measured.json("keyed-count", records, &args.run, &extra)
+        );
+    } else if cluster {
+        println!(
+            "keyed-count on the cluster: {records} events in {:.2} s = {:.2} M events/s; {} checkpoints (p50 {} ms, p99 {} ms); CPU and memory were the task managers'",
+            measured.seconds,
+            records as f64 / measured.seconds / 1e6,
+            measured.checkpoints_completed,
+            measured.p50,
+            measured.p99
         );
     } else {
         println!("{}", measured.sentence("keyed-count", records));

@@ -20,7 +20,8 @@ use weir_runtime::graph::JobGraph;
 use weir_runtime::ExecutionConfig;
 use weir_runtime::StopHandle;
 
-use crate::cli::{Cli, Command, RunCommand};
+use crate::bench_suite::BenchSuite;
+use crate::cli::{BenchArgs, Cli, Command, RunCommand};
 use crate::CliError;
 
 #[derive(Args, Debug)]
@@ -98,30 +99,70 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
     Ok(options)
 }
 
+/// The jobs a cluster runs.
+enum ClusterJob {
+    Wordcount(crate::cli::WordcountArgs),
+    /// The keyed-count benchmark, to measure throughput over the network.
+    KeyedCount(crate::bench_suite::KeyedCountArgs),
+}
+
 /// The job's own flags, parsed as `weir <job…>` would parse them.
-fn job_command(job: &[String]) -> Result<crate::cli::WordcountArgs, CliError> {
+fn job_command(job: &[String]) -> Result<ClusterJob, CliError> {
     let argv = std::iter::once("weir".to_string()).chain(job.iter().cloned());
     let cli = Cli::try_parse_from(argv)
         .map_err(|e| CliError::usage(format!("the job's flags after --: {e}")))?;
     match cli.command {
-        Command::Run(RunCommand::Wordcount(args)) => Ok(args),
+        Command::Run(RunCommand::Wordcount(args)) => Ok(ClusterJob::Wordcount(args)),
+        Command::Bench(BenchArgs {
+            suite: Some(BenchSuite::KeyedCount(args)),
+            ..
+        }) => Ok(ClusterJob::KeyedCount(args)),
         _ => Err(CliError::usage(format!(
-            "a cluster runs a `run <job>` command, not {:?}; for example: -- run wordcount --input …",
-            job.first().map(String::as_str).unwrap_or("")
+            "a cluster runs `run wordcount …` or `bench keyed-count …`, not {:?}",
+            job.join(" ")
         ))),
     }
 }
 
 /// Builds the job as a task manager does.
 pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> {
-    let args = job_command(job).map_err(|e| e.message)?;
-    let built = crate::wordcount::build(&args, true).map_err(|e| e.message)?;
-    Ok((built.graph, built.exec))
+    match job_command(job).map_err(|e| e.message)? {
+        ClusterJob::Wordcount(args) => {
+            let built = crate::wordcount::build(&args, true).map_err(|e| e.message)?;
+            Ok((built.graph, built.exec))
+        }
+        ClusterJob::KeyedCount(args) => {
+            let (graph, _) = crate::bench_keyed_count::job(&args).map_err(|e| e.message)?;
+            let setup =
+                crate::bench_suite::Setup::new(&args.run, "keyed-count").map_err(|e| e.message)?;
+            Ok((graph, setup.exec.clone()))
+        }
+    }
 }
 
 pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     let options = job_manager_options(&args)?;
-    let mut wordcount = job_command(&args.job)?;
+    let mut wordcount = match job_command(&args.job)? {
+        ClusterJob::Wordcount(wordcount) => wordcount,
+        ClusterJob::KeyedCount(bench) => {
+            // The benchmark takes no -D options of its own: only the cluster's apply.
+            let cluster_options = ["heartbeat.", "slot.request.timeout"];
+            if let Some(d) = args
+                .define
+                .iter()
+                .find(|d| !cluster_options.iter().any(|o| d.trim().starts_with(o)))
+            {
+                return Err(CliError::usage(format!(
+                    "-D {d}: `bench keyed-count` on a cluster takes only the cluster's options (heartbeat.*, slot.request.timeout)"
+                )));
+            }
+            let jm = JobManager::start(options).map_err(|e| CliError::usage(e.to_string()))?;
+            eprintln!("job manager listening on {}", jm.address());
+            let result = crate::bench_keyed_count::run_on(bench, &mut jm.deployer(), true);
+            jm.finish(if result.is_ok() { "FINISHED" } else { "FAILED" });
+            return result;
+        }
+    };
     // The job manager's -D options are the job's too: every option can be given on any
     // command line, and the task managers get them with the job's flags.
     wordcount.job.define.extend(args.define.iter().cloned());
@@ -249,6 +290,7 @@ pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
             eprintln!("task manager: the job ended ({status})");
             Ok(())
         }
+        Err(e @ weir_cluster::ClusterError::Config(_)) => Err(CliError::usage(e.to_string())),
         Err(e) => Err(CliError {
             message: e.to_string(),
             code: 1,

@@ -116,3 +116,86 @@ fn a_duplicate_operator_uid_is_refused_with_exit_status_2() {
     );
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
 }
+
+#[test]
+fn cluster_commands_refuse_bad_flags_with_exit_status_2() {
+    assert_refused(&["jobmanager", "--rpc-port", "0"], "JOB");
+    assert_refused(
+        &["jobmanager", "--rpc-port", "0", "--", "demo"],
+        "a cluster runs `run wordcount …` or `bench keyed-count …`",
+    );
+    assert_refused(
+        &[
+            "jobmanager",
+            "--rpc-port",
+            "0",
+            "-D",
+            "heartbeat.timeout=100ms",
+            "--",
+            "bench",
+            "keyed-count",
+        ],
+        "heartbeat.timeout (100 ms) must be longer than heartbeat.interval",
+    );
+    assert_refused(
+        &[
+            "jobmanager",
+            "--rpc-port",
+            "0",
+            "--",
+            "run",
+            "wordcount",
+            "--input",
+            "missing",
+            "--output",
+            "out",
+            "--checkpoint-dir",
+            "ckpt",
+        ],
+        "missing",
+    );
+    assert_refused(
+        &["taskmanager", "--jobmanager", "127.0.0.1:1", "--slots", "0"],
+        "at least one slot",
+    );
+    assert_refused(
+        &[
+            "run",
+            "wordcount",
+            "--input",
+            "a-file",
+            "--output",
+            "out",
+            "--checkpoint-dir",
+            "ckpt",
+            "-D",
+            "high-availability.type=zookeeper",
+            "-D",
+            "high-availability.zookeeper.quorum=127.0.0.1:1",
+            "-D",
+            "high-availability.storageDir=ha",
+        ],
+        "ZooKeeper needs cluster mode",
+    );
+}
+
+#[test]
+fn a_task_manager_that_cannot_reach_its_job_manager_says_so_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "taskmanager",
+            "--jobmanager",
+            "127.0.0.1:1",
+            "--connect-timeout",
+            "1s",
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the job manager at 127.0.0.1:1 within 1 s"),
+        "{stderr}"
+    );
+}

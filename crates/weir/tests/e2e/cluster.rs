@@ -85,6 +85,19 @@ fn job_manager_with(
     defines: &[String],
     name: &str,
 ) -> Process {
+    let checkpoints = dir.join("checkpoints").display().to_string();
+    job_manager_at(dir, port, input, parallelism, defines, name, &checkpoints)
+}
+
+fn job_manager_at(
+    dir: &Path,
+    port: u16,
+    input: &Path,
+    parallelism: u32,
+    defines: &[String],
+    name: &str,
+    checkpoints: &str,
+) -> Process {
     let mut cmd = weir();
     cmd.current_dir(dir)
         .args(["jobmanager", "--bind", "127.0.0.1", "--rpc-port"])
@@ -103,8 +116,7 @@ fn job_manager_with(
     .arg(input)
     .args(["--output"])
     .arg(dir.join("output"))
-    .args(["--checkpoint-dir"])
-    .arg(dir.join("checkpoints"))
+    .args(["--checkpoint-dir", checkpoints])
     .args(["--parallelism", &parallelism.to_string()])
     .args(["--checkpoint-interval", "100ms"])
     .args(["-D", "restart-strategy.type=fixed-delay"])
@@ -346,5 +358,59 @@ fn a_zookeeper_restart_mid_run_loses_nothing() {
         let status = tm.wait(Duration::from_secs(20));
         assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
     }
+    assert_exactly_once(&input, &dir.path().join("output"));
+}
+
+#[test]
+fn a_cluster_checkpointing_to_s3_survives_a_killed_task_manager() {
+    let endpoint = std::env::var("WEIR_TEST_S3_ENDPOINT").expect(
+        "WEIR_TEST_S3_ENDPOINT is not set: this test needs an S3-compatible server; run scripts/test.sh",
+    );
+    let bucket = std::env::var("WEIR_TEST_S3_BUCKET").expect("WEIR_TEST_S3_BUCKET");
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 19, 30, 20_000);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let location = format!("s3://{bucket}/cluster-{nanos}");
+    let s3 = vec![
+        format!("s3.endpoint={endpoint}"),
+        "s3.access-key=weir-test".into(),
+        "s3.secret-key=weir-test".into(),
+        "s3.region=us-east-1".into(),
+        "s3.path.style.access=true".into(),
+    ];
+    let port = free_port();
+    let mut jm = job_manager_at(dir.path(), port, &input, 3, &s3, "jobmanager", &location);
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| task_manager(dir.path(), port, 2, n))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while completed_ids(&jm.log()).len() < 2 {
+        assert!(Instant::now() < deadline, "no checkpoints:\n{}", jm.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tms[2].kill();
+    let status = jm.wait(Duration::from_secs(180));
+    let log = jm.log();
+    assert!(status.success(), "job manager failed:\n{log}");
+    assert!(
+        log.contains("1 restarts"),
+        "the job did not restart once:\n{log}"
+    );
+    for n in [0, 1] {
+        let status = tms[n].wait(Duration::from_secs(20));
+        assert!(
+            status.success(),
+            "task manager {n} failed:\n{}",
+            tms[n].log()
+        );
+        assert!(tms[n].log().contains("restored"), "{}", tms[n].log());
+    }
+    assert!(
+        !dir.path().join("checkpoints").exists(),
+        "nothing went to local disk"
+    );
     assert_exactly_once(&input, &dir.path().join("output"));
 }

@@ -90,6 +90,40 @@ impl ZooKeeperHaServices {
         )
     }
 
+    /// How the job ended, if a leader recorded its end ([`Self::record_job_result`]).
+    pub fn job_result(&self) -> Result<Option<String>, HaError> {
+        Ok(self
+            .zk
+            .get_data(&self.znodes.result())?
+            .map(|(data, _)| String::from_utf8_lossy(&data).into_owned()))
+    }
+
+    /// Records that the job ended for good with `status` (FINISHED, FAILED), written with the
+    /// leader's `token`: a standby or a restarted job manager then does not run it again, as
+    /// Flink's job result store. Recording it twice keeps the first.
+    pub fn record_job_result(&self, token: &FencingToken, status: &str) -> Result<(), HaError> {
+        self.zk.ensure_path(self.znodes.job_dir())?;
+        let write = crate::fencing::FencedWrite {
+            token,
+            ops: vec![crate::fencing::WriteOp::Create {
+                path: self.znodes.result(),
+                data: status.as_bytes().to_vec(),
+            }],
+            operation: format!("record the job's end ({status})"),
+        };
+        match self.zk.fenced_write(&write) {
+            Ok(()) => Ok(()),
+            Err(crate::fencing::WriteFailure::Op {
+                error: zookeeper_client::Error::NodeExists,
+                ..
+            }) => Ok(()),
+            Err(crate::fencing::WriteFailure::Op { error, .. }) => {
+                Err(self.zk.error(&write.operation, true, error))
+            }
+            Err(crate::fencing::WriteFailure::Ha(e)) => Err(e),
+        }
+    }
+
     /// The job's completed checkpoint store, recovered from ZooKeeper and `storage`, written
     /// with the leader's `token`; and what to delete for checkpoints beyond `num_retained`.
     pub fn recover_completed_checkpoint_store(

@@ -50,6 +50,11 @@ impl JobZnodes {
     }
 
     /// Parent of the checkpoint pointers.
+    /// The job's end, once it finished or failed for good: job managers do not run it again.
+    pub fn result(&self) -> String {
+        format!("{}/result", self.job_dir())
+    }
+
     pub fn checkpoints_dir(&self) -> String {
         format!("{}/checkpoints", self.job_dir)
     }

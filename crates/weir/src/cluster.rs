@@ -194,6 +194,25 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     result
 }
 
+/// How the job ended, if a job manager recorded its end in ZooKeeper: `Ok(())` for a finished
+/// job, the failure for a failed one.
+fn ended_before(services: &ZooKeeperHaServices) -> Result<Option<Result<(), CliError>>, CliError> {
+    let status = services
+        .job_result()
+        .map_err(|e| CliError::usage(format!("high availability: {e}")))?;
+    Ok(status.map(|status| {
+        tracing::info!(%status, "the job already ended (recorded in ZooKeeper); nothing to run");
+        if status == "FINISHED" {
+            Ok(())
+        } else {
+            Err(CliError {
+                message: format!("the job already ended: {status} (recorded in ZooKeeper)"),
+                code: 1,
+            })
+        }
+    }))
+}
+
 /// High availability: contends for leadership of the job in ZooKeeper; while leading, runs the
 /// job from the latest checkpoint ZooKeeper records; on losing leadership cancels it here at
 /// once (its writes to ZooKeeper are fenced from then on) and contends again.
@@ -209,6 +228,9 @@ fn lead_when_elected(
     let election = services.leader_election(&jm.address().to_string());
     let events = election.subscribe();
     loop {
+        if let Some(status) = ended_before(&services)? {
+            return status;
+        }
         tracing::info!(quorum = %zk.quorum, "standing by: waiting for leadership");
         let token = loop {
             if stop.is_stopped() {
@@ -219,6 +241,10 @@ fn lead_when_elected(
             }
         };
         tracing::info!(%token, "granted leadership");
+        // A leader that just ended the job may have handed over before this one looked.
+        if let Some(status) = ended_before(&services)? {
+            return status;
+        }
         jm.grant_leadership(token.epoch);
         let term = StopHandle::new();
         let revoked = Arc::new(AtomicBool::new(false));
@@ -264,6 +290,14 @@ fn lead_when_elected(
         }
         let _ = watcher.join();
         if !lost {
+            // The job ended for good (unless stopped by hand, which leaves it to resume):
+            // record it, so that no other job manager runs it again.
+            if !stop.is_stopped() {
+                let status = if result.is_ok() { "FINISHED" } else { "FAILED" };
+                if let Err(e) = services.record_job_result(&leader.token, status) {
+                    tracing::warn!(error = %e, "could not record the job's end in ZooKeeper; a standby may run it again from its final checkpoint");
+                }
+            }
             return result;
         }
         tracing::warn!("the job was cancelled here after losing leadership; standing by again");

@@ -317,6 +317,16 @@ fn the_standby_job_manager_takes_over_from_a_killed_leader_and_ids_keep_ascendin
         assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
     }
     assert_exactly_once(&input, &dir.path().join("output"));
+
+    // The job's end is recorded: a job manager started later does not run it again.
+    let mut late = job_manager_with(dir.path(), free_port(), &input, 3, &ha, "jobmanager-late");
+    let status = late.wait(Duration::from_secs(30));
+    assert!(status.success(), "{}", late.log());
+    assert!(
+        late.log().contains("the job already ended"),
+        "{}",
+        late.log()
+    );
 }
 
 fn zookeeper_script(command: &str) {

@@ -64,6 +64,10 @@ pub struct TaskManagerArgs {
     /// How long to keep trying to reach the job manager.
     #[arg(long, default_value = "60s", value_parser = crate::cli::duration_arg)]
     pub connect_timeout: Duration,
+    /// Set an option of the job on this task manager only (after the job manager's), e.g.
+    /// -D s3.endpoint=http://10.0.0.5:9000 where the store has another address.
+    #[arg(short = 'D', value_name = "KEY=VALUE")]
+    pub define: Vec<String>,
 }
 
 /// The cluster options of the job manager, from its -D flags.
@@ -319,7 +323,25 @@ pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
         data_host: args.host.clone(),
         connect_timeout: args.connect_timeout,
     };
-    match run_task_manager(options, &build_job) {
+    // Bad options are refused now, not when the job manager sends the job.
+    let mut config = Config::new();
+    for define in &args.define {
+        let (key, value) = define
+            .split_once('=')
+            .ok_or_else(|| CliError::usage(format!("-D {define}: expected KEY=VALUE")))?;
+        config.set(key.trim(), value.trim())?;
+    }
+    let defines: Vec<String> = args
+        .define
+        .iter()
+        .flat_map(|d| ["-D".to_string(), d.clone()])
+        .collect();
+    let build = move |job: &[String]| {
+        let mut job = job.to_vec();
+        job.extend(defines.iter().cloned());
+        build_job(&job)
+    };
+    match run_task_manager(options, &build) {
         Ok(TaskManagerExit::JobEnded(status)) => {
             eprintln!("task manager: the job ended ({status})");
             Ok(())

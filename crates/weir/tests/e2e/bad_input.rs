@@ -160,6 +160,16 @@ fn cluster_commands_refuse_bad_flags_with_exit_status_2() {
     );
     assert_refused(
         &[
+            "taskmanager",
+            "--jobmanager",
+            "127.0.0.1:1",
+            "-D",
+            "s3.endpont=x",
+        ],
+        "unknown option 's3.endpont'",
+    );
+    assert_refused(
+        &[
             "run",
             "wordcount",
             "--input",

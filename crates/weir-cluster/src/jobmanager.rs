@@ -9,7 +9,7 @@ use crossbeam_channel::Sender;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -222,6 +222,16 @@ impl JobManager {
 
 fn message(kind: from_job_manager::Kind) -> FromJobManager {
     FromJobManager { kind: Some(kind) }
+}
+
+impl Shared {
+    /// Waits (a little) for the state to change: a registration, a loss, an attempt stopped.
+    fn wait<'a>(&self, state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.changed
+            .wait_timeout(state, Duration::from_millis(200))
+            .expect("state lock")
+            .0
+    }
 }
 
 struct Service {
@@ -487,12 +497,7 @@ impl ClusterDeployer {
                 );
                 logged = true;
             }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, Duration::from_millis(200))
-                .expect("state lock")
-                .0;
+            state = self.shared.wait(state);
         }
     }
 }
@@ -518,17 +523,7 @@ impl Deployer for ClusterDeployer {
         let peers: BTreeMap<String, String> = slots.iter().cloned().collect();
         let mut placement = Vec::new();
         let mut hosts: HashMap<String, Vec<SubtaskId>> = HashMap::new();
-        let mut deployed = Deployed {
-            attempt,
-            metrics: Vec::new(),
-            uids: HashMap::new(),
-            threads: Vec::new(),
-            controls: HashMap::new(),
-            source_metrics: Vec::new(),
-            sources: Vec::new(),
-            all: Vec::new(),
-            remote: None,
-        };
+        let mut deployed = Deployed::new(attempt);
         let mut metrics_by_subtask = HashMap::new();
         let mut forwarders: HashMap<String, Sender<(SubtaskId, TaskControl)>> = HashMap::new();
         {
@@ -694,12 +689,7 @@ impl RemoteAttempt for AttemptOnTaskManagers {
                 tracing::warn!(attempt = self.attempt, task_managers = ?pending, "task managers did not report the attempt stopped in time");
                 return;
             }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, Duration::from_millis(200))
-                .expect("state lock")
-                .0;
+            state = self.shared.wait(state);
         }
     }
 }

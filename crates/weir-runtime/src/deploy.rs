@@ -95,6 +95,21 @@ impl Deployer for LocalDeployer {
 }
 
 impl Deployed {
+    /// An attempt with nothing deployed yet.
+    pub fn new(attempt: u32) -> Deployed {
+        Deployed {
+            attempt,
+            metrics: Vec::new(),
+            uids: HashMap::new(),
+            threads: Vec::new(),
+            controls: HashMap::new(),
+            source_metrics: Vec::new(),
+            sources: Vec::new(),
+            all: Vec::new(),
+            remote: None,
+        }
+    }
+
     pub fn uid(&self, subtask: SubtaskId) -> String {
         self.uids
             .get(&subtask)
@@ -236,17 +251,7 @@ pub fn deploy(
         }
     }
 
-    let mut deployed = Deployed {
-        attempt,
-        metrics: Vec::new(),
-        uids: HashMap::new(),
-        threads: Vec::new(),
-        controls: HashMap::new(),
-        source_metrics: Vec::new(),
-        sources: Vec::new(),
-        all: Vec::new(),
-        remote: None,
-    };
+    let mut deployed = Deployed::new(attempt);
     let mut bodies = Vec::new();
     let restore_start = Instant::now();
     let alignment = crate::alignment::AlignmentGroups::default();

@@ -70,15 +70,21 @@ pub struct TaskManagerArgs {
     pub define: Vec<String>,
 }
 
-/// The cluster options of the job manager, from its -D flags.
-fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliError> {
+/// The options of `-D KEY=VALUE` flags; unknown options and malformed flags are refused.
+fn options_of(defines: &[String]) -> Result<Config, CliError> {
     let mut config = Config::new();
-    for define in &args.define {
+    for define in defines {
         let (key, value) = define
             .split_once('=')
             .ok_or_else(|| CliError::usage(format!("-D {define}: expected KEY=VALUE")))?;
         config.set(key.trim(), value.trim())?;
     }
+    Ok(config)
+}
+
+/// The cluster options of the job manager, from its -D flags.
+fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliError> {
+    let config = options_of(&args.define)?;
     let duration = |key: &str, default: Duration| -> Result<Duration, CliError> {
         Ok(config.get_duration(key)?.unwrap_or(default))
     };
@@ -324,13 +330,7 @@ pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
         connect_timeout: args.connect_timeout,
     };
     // Bad options are refused now, not when the job manager sends the job.
-    let mut config = Config::new();
-    for define in &args.define {
-        let (key, value) = define
-            .split_once('=')
-            .ok_or_else(|| CliError::usage(format!("-D {define}: expected KEY=VALUE")))?;
-        config.set(key.trim(), value.trim())?;
-    }
+    options_of(&args.define)?;
     let defines: Vec<String> = args
         .define
         .iter()

@@ -166,6 +166,8 @@ pub fn run_task_manager(
         };
         heartbeat.stop();
         stop_running(&plane, running.take());
+        // The next job manager starts counting its own attempts.
+        *metrics.lock().expect("metrics lock") = None;
         match ended {
             Ok(status) => {
                 tracing::info!(%status, "the job ended");

@@ -683,6 +683,14 @@ impl RemoteAttempt for AttemptOnTaskManagers {
                 _ => Vec::new(),
             };
             if pending.is_empty() {
+                // The executor restores or ends next: nothing more is taken from this attempt.
+                if state
+                    .current
+                    .as_ref()
+                    .is_some_and(|c| c.attempt == self.attempt)
+                {
+                    state.current = None;
+                }
                 return;
             }
             if Instant::now() >= deadline {

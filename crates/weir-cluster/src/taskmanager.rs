@@ -323,7 +323,7 @@ fn start_attempt(
     let (events, event_rx) = crossbeam_channel::unbounded::<JobEvent>();
     let forward = outbox.clone();
     let counts = metrics.clone();
-    std::thread::spawn(move || {
+    let forwarder = std::thread::spawn(move || {
         for event in event_rx {
             // The job manager's record counts are current when it hears of an end of input.
             if matches!(
@@ -381,6 +381,8 @@ fn start_attempt(
                     recoverable: true,
                 });
             }
+            drop(events);
+            let _ = forwarder.join();
             let _ = outbox.send(message(from_task_manager::Kind::Stopped(AttemptStopped {
                 attempt,
             })));
@@ -405,8 +407,10 @@ fn start_attempt(
         for (_, t) in threads {
             let _ = t.join();
         }
+        // Invariant: every event of the attempt, then its final counts, reach the job manager
+        // before the attempt is reported stopped; after that it takes nothing more from it.
         drop(events);
-        // The final counts go out before the attempt is reported stopped.
+        let _ = forwarder.join();
         let _ = watcher_outbox.send(heartbeat_message(&watcher_metrics));
         let _ = watcher_outbox.send(message(from_task_manager::Kind::Stopped(AttemptStopped {
             attempt,

@@ -238,9 +238,6 @@ fn lead_when_elected(
     let election = services.leader_election(&jm.address().to_string());
     let events = election.subscribe();
     loop {
-        if let Some(status) = ended_before(&services)? {
-            return status;
-        }
         tracing::info!(quorum = %zk.quorum, "standing by: waiting for leadership");
         let token = loop {
             if stop.is_stopped() {
@@ -251,9 +248,16 @@ fn lead_when_elected(
             }
         };
         tracing::info!(%token, "granted leadership");
-        // A leader that just ended the job may have handed over before this one looked.
-        if let Some(status) = ended_before(&services)? {
-            return status;
+        // A leader that ended the job may have handed over to this one.
+        match ended_before(&services) {
+            Ok(Some(status)) => return status,
+            Ok(None) => {}
+            Err(e) => {
+                // ZooKeeper went away again: contend again once it is back.
+                tracing::warn!(error = %e.message, "cannot read whether the job already ended");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
         }
         jm.grant_leadership(token.epoch);
         let term = StopHandle::new();

@@ -131,7 +131,12 @@ pub fn run_on(
     let summary = summary?;
     let secs = summary.elapsed.as_secs_f64();
     println!(
-        "wordcount finished after {secs:.1} s: {} lines, {} checkpoints, {} restarts{}",
+        "wordcount {} after {secs:.1} s: {} lines, {} checkpoints, {} restarts{}",
+        if summary.cancelled {
+            "cancelled"
+        } else {
+            "finished"
+        },
         summary.records,
         summary.checkpoints_completed,
         summary.restarts,

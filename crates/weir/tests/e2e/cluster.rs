@@ -41,6 +41,17 @@ impl Process {
         text(&std::fs::read(&self.log).unwrap_or_default())
     }
 
+    /// Sends `signal` (STOP, CONT) to the process.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     fn kill(&mut self) {
         let mut child = self.child.take().expect("running");
         child.kill().unwrap(); // SIGKILL
@@ -422,5 +433,36 @@ fn a_cluster_checkpointing_to_s3_survives_a_killed_task_manager() {
         !dir.path().join("checkpoints").exists(),
         "nothing went to local disk"
     );
+    assert_exactly_once(&input, &dir.path().join("output"));
+}
+
+#[test]
+fn a_task_manager_that_stops_answering_is_declared_lost_by_heartbeat_and_the_job_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 23, 30, 20_000);
+    let port = free_port();
+    let mut jm = job_manager(dir.path(), port, &input, 3);
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| task_manager(dir.path(), port, 2, n))
+        .collect();
+    wait_for_checkpoints(dir.path(), 2, &jm);
+    // Frozen, not dead: its connections stay open, only its heartbeats stop.
+    tms[1].signal("STOP");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !jm.log().contains("deployed the attempt attempt=1") {
+        assert!(Instant::now() < deadline, "no redeployment:\n{}", jm.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = jm.log();
+    assert!(log.contains("no heartbeat for"), "{log}");
+    tms[1].signal("CONT");
+    let status = jm.wait(Duration::from_secs(180));
+    let log = jm.log();
+    assert!(status.success(), "job manager failed:\n{log}");
+    assert!(log.contains("1 restarts"), "{log}");
+    for (n, tm) in tms.iter_mut().enumerate() {
+        let status = tm.wait(Duration::from_secs(30));
+        assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
+    }
     assert_exactly_once(&input, &dir.path().join("output"));
 }

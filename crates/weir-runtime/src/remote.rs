@@ -89,14 +89,46 @@ impl<T> InputChannel<T> {
 /// A remote channel's producer end for elements of `T`: one frame per element.
 struct RemoteSink<T> {
     writer: std::sync::Mutex<Box<dyn FrameWriter>>,
+    /// The size of the largest frame so far: each buffer starts that large, so encoding a
+    /// batch does not grow it step by step.
+    largest_frame: std::sync::atomic::AtomicUsize,
     _records: std::marker::PhantomData<fn(T)>,
+}
+
+/// Postcard output into a frame's buffer (after the header space): bytes are appended with
+/// `push`/`extend_from_slice`, not one `Extend` call per byte.
+struct FrameBuffer(Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for FrameBuffer {
+    type Output = Vec<u8>;
+
+    #[inline]
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+
+    #[inline]
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.0)
+    }
 }
 
 impl<T: Data> ChannelSink<T> for RemoteSink<T> {
     fn send(&self, element: Element<T>) -> Result<(), TaskError> {
-        let frame = postcard::to_extend(&element, vec![0u8; FRAME_HEADER]).map_err(|e| {
-            TaskError::user(format!("cannot serialise a batch for the network: {e}"))
-        })?;
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut buffer = Vec::with_capacity(self.largest_frame.load(Relaxed).max(64));
+        buffer.resize(FRAME_HEADER, 0);
+        let frame =
+            postcard::serialize_with_flavor(&element, FrameBuffer(buffer)).map_err(|e| {
+                TaskError::user(format!("cannot serialise a batch for the network: {e}"))
+            })?;
+        self.largest_frame.fetch_max(frame.len(), Relaxed);
         // Uncontended: only the producer's own task loop sends on its channel.
         let mut writer = self.writer.lock().map_err(|_| TaskError::ChannelClosed)?;
         writer.write(frame)
@@ -107,6 +139,7 @@ impl<T: Data> ChannelSink<T> for RemoteSink<T> {
 pub fn remote_sink<T: Data>(writer: Box<dyn FrameWriter>) -> Box<dyn ChannelSink<T>> {
     Box::new(RemoteSink::<T> {
         writer: std::sync::Mutex::new(writer),
+        largest_frame: std::sync::atomic::AtomicUsize::new(0),
         _records: std::marker::PhantomData,
     })
 }

@@ -84,11 +84,14 @@ struct State {
     term: u64,
 }
 
+/// Where a task manager's session takes messages from the job manager.
+type Outbox = mpsc::UnboundedSender<Result<FromJobManager, Status>>;
+
 struct TaskManagerEntry {
     session: u64,
     slots: u32,
     data_address: String,
-    outbox: mpsc::UnboundedSender<Result<FromJobManager, Status>>,
+    outbox: Outbox,
     last_heartbeat: Instant,
 }
 
@@ -519,24 +522,31 @@ impl Deployer for ClusterDeployer {
         } else {
             1
         };
-        let slots = self.wait_for_slots(needed, min_tms)?;
-        let peers: BTreeMap<String, String> = slots.iter().cloned().collect();
+        // The sessions of the task managers the slots are on; one that left meanwhile means
+        // counting the slots again.
+        let (slots, peers, outboxes) = loop {
+            let slots = self.wait_for_slots(needed, min_tms)?;
+            let peers: BTreeMap<String, String> = slots.iter().cloned().collect();
+            let state = self.shared.state.lock().expect("state lock");
+            let outboxes: Option<Vec<(String, Outbox)>> = peers
+                .keys()
+                .map(|tm| {
+                    let outbox = state.task_managers.get(tm)?.outbox.clone();
+                    Some((tm.clone(), outbox))
+                })
+                .collect();
+            if let Some(outboxes) = outboxes {
+                break (slots, peers, outboxes);
+            }
+        };
         let mut placement = Vec::new();
         let mut hosts: HashMap<String, Vec<SubtaskId>> = HashMap::new();
         let mut deployed = Deployed::new(attempt);
         let mut metrics_by_subtask = HashMap::new();
         let mut forwarders: HashMap<String, Sender<(SubtaskId, TaskControl)>> = HashMap::new();
-        {
-            let state = self.shared.state.lock().expect("state lock");
-            for tm in peers.keys() {
-                let outbox = state
-                    .task_managers
-                    .get(tm)
-                    .ok_or_else(|| JobError::Failed(format!("task manager {tm} left")))?
-                    .outbox
-                    .clone();
-                forwarders.insert(tm.clone(), spawn_control_forwarder(tm, attempt, outbox)?);
-            }
+        for (tm, outbox) in outboxes {
+            let forwarder = spawn_control_forwarder(&tm, attempt, outbox)?;
+            forwarders.insert(tm, forwarder);
         }
         for (node_index, node) in graph.nodes.iter().enumerate() {
             for index in 0..node.parallelism {
@@ -634,7 +644,7 @@ impl Deployer for ClusterDeployer {
 fn spawn_control_forwarder(
     tm: &str,
     attempt: u32,
-    outbox: mpsc::UnboundedSender<Result<FromJobManager, Status>>,
+    outbox: Outbox,
 ) -> Result<Sender<(SubtaskId, TaskControl)>, JobError> {
     let (tx, rx) = crossbeam_channel::unbounded::<(SubtaskId, TaskControl)>();
     std::thread::Builder::new()

@@ -33,13 +33,10 @@ use weir_runtime::remote::{
 
 use crate::error::ClusterError;
 use crate::wire::DeploymentPlan;
+use frame::{hello, parse_header, read_hello, write_header, CREDIT, DATA, MAX_FRAME};
 
-const MAGIC: &[u8; 4] = b"WEIR";
-const VERSION: u32 = 2;
-const DATA: u8 = 1;
-const CREDIT: u8 = 2;
-/// A frame longer than this is garbage, not a batch.
-const MAX_FRAME: usize = 256 << 20;
+mod frame;
+
 /// How long a connection waits for its attempt to be deployed on this side, and a producer
 /// for its consumer's task manager to accept.
 const ATTEMPT_WAIT: Duration = Duration::from_secs(60);
@@ -229,40 +226,6 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
     }
 }
 
-fn read_hello(stream: &mut TcpStream) -> Result<(u64, String), String> {
-    let mut fixed = [0u8; 18];
-    stream
-        .read_exact(&mut fixed)
-        .map_err(|e| format!("reading the hello: {e}"))?;
-    if &fixed[..4] != MAGIC {
-        return Err("not a Weir data connection (bad magic)".into());
-    }
-    let version = u32::from_le_bytes(fixed[4..8].try_into().expect("4 bytes"));
-    if version != VERSION {
-        return Err(format!(
-            "data protocol version {version}, this task manager speaks {VERSION}"
-        ));
-    }
-    let generation = u64::from_le_bytes(fixed[8..16].try_into().expect("8 bytes"));
-    let len = u16::from_le_bytes(fixed[16..18].try_into().expect("2 bytes")) as usize;
-    let mut id = vec![0u8; len];
-    stream
-        .read_exact(&mut id)
-        .map_err(|e| format!("reading the hello: {e}"))?;
-    let id = String::from_utf8(id).map_err(|_| "task manager id is not UTF-8".to_string())?;
-    Ok((generation, id))
-}
-
-fn hello(generation: u64, me: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(18 + me.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&generation.to_le_bytes());
-    out.extend_from_slice(&(me.len() as u16).to_le_bytes());
-    out.extend_from_slice(me.as_bytes());
-    out
-}
-
 fn wait_for_attempt(plane: &PlaneInner, generation: u64) -> Option<Arc<AttemptNet>> {
     let deadline = Instant::now() + ATTEMPT_WAIT;
     let mut attempts = plane.attempts.lock().ok()?;
@@ -279,24 +242,6 @@ fn wait_for_attempt(plane: &PlaneInner, generation: u64) -> Option<Arc<AttemptNe
             .ok()?
             .0;
     }
-}
-
-fn write_header(buf: &mut [u8], kind: u8, key: ChannelKey, len: u32) {
-    buf[0] = kind;
-    buf[1..5].copy_from_slice(&key.edge.to_le_bytes());
-    buf[5..9].copy_from_slice(&key.producer.to_le_bytes());
-    buf[9..13].copy_from_slice(&key.consumer.to_le_bytes());
-    buf[13..17].copy_from_slice(&len.to_le_bytes());
-}
-
-fn parse_header(buf: &[u8; FRAME_HEADER]) -> (u8, ChannelKey, u32) {
-    let word = |i: usize| u32::from_le_bytes(buf[i..i + 4].try_into().expect("4 bytes"));
-    let key = ChannelKey {
-        edge: word(1),
-        producer: word(5),
-        consumer: word(9),
-    };
-    (buf[0], key, word(13))
 }
 
 /// One attempt's channels on this task manager.
@@ -614,160 +559,4 @@ impl Network for AttemptNet {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crossbeam_channel::RecvTimeoutError;
-    use weir_core::{Element, OperatorId};
-    use weir_runtime::remote::{remote_receiver, remote_sink};
-
-    const KEY: ChannelKey = ChannelKey {
-        edge: 0,
-        producer: 0,
-        consumer: 0,
-    };
-
-    fn producer() -> SubtaskId {
-        SubtaskId::new(OperatorId::from_uid("source"), 0)
-    }
-
-    fn consumer() -> SubtaskId {
-        SubtaskId::new(OperatorId::from_uid("sink"), 0)
-    }
-
-    /// Two task managers' data planes on loopback, with the producer on "a" and the consumer
-    /// on "b", and the attempt's networks opened on both.
-    fn two_planes() -> (DataPlane, DataPlane, Arc<AttemptNet>, Arc<AttemptNet>) {
-        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let (a, b) = (
-            DataPlane::bind(loopback).unwrap(),
-            DataPlane::bind(loopback).unwrap(),
-        );
-        let plan = DeploymentPlan {
-            term: 0,
-            attempt: 3,
-            placement: vec![(producer(), "a".into()), (consumer(), "b".into())],
-            peers: vec![
-                ("a".into(), a.address().to_string()),
-                ("b".into(), b.address().to_string()),
-            ],
-            restore: None,
-        };
-        let (net_a, net_b) = (a.open_attempt("a", &plan), b.open_attempt("b", &plan));
-        (a, b, net_a, net_b)
-    }
-
-    /// Sends `element` on a thread; the receiver hears when the send returned.
-    type Sink = Arc<Mutex<Box<dyn weir_runtime::channel::ChannelSink<u64>>>>;
-
-    fn send_async(
-        sink: Sink,
-        element: Element<u64>,
-    ) -> crossbeam_channel::Receiver<Result<(), TaskError>> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            let _ = tx.send(sink.lock().unwrap().send(element));
-        });
-        rx
-    }
-
-    #[test]
-    fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
-        let (_a, _b, net_a, net_b) = two_planes();
-        assert!(net_a.is_local(producer()) && !net_a.is_local(consumer()));
-        let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
-        let credit = net_b.incoming(KEY, producer(), 2, decoder).unwrap();
-        let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
-            net_a.outgoing(KEY, consumer()).unwrap(),
-        )));
-
-        // Two credits: two batches go through while nobody reads.
-        for batch in [vec![1, 2], vec![3]] {
-            let sent = send_async(sink.clone(), Element::Records(batch));
-            sent.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
-        }
-        // The third waits: the consumer's queue is full and no credit came back.
-        let third = send_async(sink.clone(), Element::Records(vec![4]));
-        assert!(matches!(
-            third.recv_timeout(Duration::from_millis(300)),
-            Err(RecvTimeoutError::Timeout)
-        ));
-        // The consumer takes one batch and returns its credit: the third goes through.
-        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert!(matches!(first, Element::Records(b) if b == vec![1, 2]));
-        credit();
-        third
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap()
-            .unwrap();
-        let rest: Vec<Element<u64>> = (0..2)
-            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
-            .collect();
-        assert!(matches!(&rest[0], Element::Records(b) if *b == vec![3]));
-        assert!(matches!(&rest[1], Element::Records(b) if *b == vec![4]));
-    }
-
-    #[test]
-    fn closing_the_attempt_releases_a_producer_waiting_for_credit() {
-        let (a, _b, net_a, net_b) = two_planes();
-        let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-        let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
-        let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
-            net_a.outgoing(KEY, consumer()).unwrap(),
-        )));
-        send_async(sink.clone(), Element::Records(vec![1]))
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap()
-            .unwrap();
-        let blocked = send_async(sink, Element::Records(vec![2]));
-        assert!(blocked.recv_timeout(Duration::from_millis(200)).is_err());
-        a.close_attempt(3);
-        let result = blocked.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert!(
-            matches!(result, Err(TaskError::ChannelClosed)),
-            "{result:?}"
-        );
-    }
-
-    #[test]
-    fn a_connection_that_is_not_weir_is_dropped_and_the_plane_keeps_serving() {
-        let (_a, b, net_a, net_b) = two_planes();
-        let mut garbage = TcpStream::connect(b.address()).unwrap();
-        garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
-        garbage
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let mut buf = [0u8; 16];
-        assert_eq!(
-            garbage.read(&mut buf).unwrap_or(0),
-            0,
-            "closed without a reply"
-        );
-        // A real producer still gets through.
-        let (rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-        let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
-        let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
-        sink.send(Element::EndOfInput).unwrap();
-        assert!(matches!(
-            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
-            Element::EndOfInput
-        ));
-    }
-
-    #[test]
-    fn a_frame_longer_than_any_batch_ends_the_connection_instead_of_allocating_it() {
-        let (_a, b, _net_a, net_b) = two_planes();
-        let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-        let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
-        let mut raw = TcpStream::connect(b.address()).unwrap();
-        raw.write_all(&hello(3, "a")).unwrap();
-        let mut frame = [0u8; FRAME_HEADER];
-        write_header(&mut frame, DATA, KEY, u32::MAX);
-        raw.write_all(&frame).unwrap();
-        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        // The plane sends the first credits, then drops the connection.
-        let mut all = Vec::new();
-        raw.read_to_end(&mut all)
-            .expect("the plane closes the connection (no read timeout)");
-        assert_eq!(all.len(), FRAME_HEADER, "only the credit frame came back");
-    }
-}
+mod tests;

@@ -20,6 +20,57 @@
 //!   credit-based flow control per channel; channels within one task manager stay in memory.
 //!   Barriers and watermarks travel in-band on both.
 //!
+//! # A job of your own on a cluster
+//!
+//! A job is compiled code, so a binary built on the Weir library serves the same two roles
+//! itself: every process builds the graph from the same job arguments.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
+//! use weir_cluster::taskmanager::{run_task_manager, TaskManagerOptions};
+//! use weir_runtime::graph::JobGraph;
+//! use weir_runtime::{execute_with, ExecutionConfig, JobHandle, StopHandle};
+//!
+//! /// The job, from its arguments (the same on every process).
+//! fn build(args: &[String]) -> Result<(JobGraph, ExecutionConfig), String> {
+//!     unimplemented!("StreamEnv::new(…) … env.build()")
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let role = std::env::args().nth(1).unwrap_or_default();
+//!     let job_args: Vec<String> = std::env::args().skip(2).collect();
+//!     if role == "jobmanager" {
+//!         let (graph, config) = build(&job_args)?;
+//!         let jm = JobManager::start(JobManagerOptions {
+//!             rpc_address: "0.0.0.0:6123".parse()?,
+//!             job_args,
+//!             heartbeat_interval: Duration::from_secs(1),
+//!             heartbeat_timeout: Duration::from_secs(10),
+//!             slot_timeout: Duration::from_secs(300),
+//!             min_task_managers: 2,
+//!             standby: false, // true with high availability: see leadership::run_as_leader
+//!         })?;
+//!         let handle = JobHandle::new(&graph, &config.checkpoint, StopHandle::new());
+//!         let result =
+//!             execute_with(&graph, &config, &handle, &mut |_| {}, &mut jm.deployer(), None);
+//!         jm.finish(if result.is_ok() { "FINISHED" } else { "FAILED" });
+//!         result?;
+//!     } else {
+//!         let options = TaskManagerOptions {
+//!             job_manager: "jobmanager:6123".into(),
+//!             id: String::new(), // host:data port
+//!             slots: 2,
+//!             data_bind: "0.0.0.0:6121".parse()?,
+//!             data_host: "10.0.0.11".into(),
+//!             connect_timeout: Duration::from_secs(60),
+//!         };
+//!         run_task_manager(options, &build)?;
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
 //! # Failure
 //!
 //! A task manager whose session breaks or whose heartbeats stop is lost; the attempt fails, and
@@ -30,6 +81,7 @@ mod deployer;
 pub mod error;
 pub mod ha;
 pub mod jobmanager;
+pub mod leadership;
 pub mod net;
 pub mod taskmanager;
 pub mod wire;

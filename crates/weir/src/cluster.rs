@@ -7,15 +7,11 @@
 
 use clap::{Args, Parser};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
-use weir_cluster::ha::LeaderServices;
 use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
+use weir_cluster::leadership::{run_as_leader, LeaderOutcome};
 use weir_cluster::taskmanager::{run_task_manager, TaskManagerExit, TaskManagerOptions};
-use weir_core::config::{Config, HighAvailabilityConfig, ZooKeeperHaConfig};
-use weir_core::JobId;
-use weir_ha::{LeadershipEvent, ZooKeeperHaServices};
+use weir_core::config::{Config, HighAvailabilityConfig};
 use weir_runtime::graph::JobGraph;
 use weir_runtime::ExecutionConfig;
 use weir_runtime::StopHandle;
@@ -197,125 +193,24 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
             crate::wordcount::run_on(wordcount, true, &mut jm.deployer(), None, &stop)
         }
         HighAvailabilityConfig::ZooKeeper(zk) => {
-            lead_when_elected(&jm, &zk, &built.graph.name, wordcount, &stop)
+            let outcome =
+                run_as_leader(&jm, &zk, &built.graph.name, &stop, |deployer, ha, term| {
+                    crate::wordcount::run_on(wordcount.clone(), true, deployer, Some(ha), term)
+                })
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            match outcome {
+                LeaderOutcome::Ran(result) => result,
+                LeaderOutcome::Stopped => Ok(()),
+                LeaderOutcome::AlreadyEnded(status) if status == "FINISHED" => Ok(()),
+                LeaderOutcome::AlreadyEnded(status) => Err(CliError {
+                    message: format!("the job already ended: {status} (recorded in ZooKeeper)"),
+                    code: 1,
+                }),
+            }
         }
     };
     jm.finish(if result.is_ok() { "FINISHED" } else { "FAILED" });
     result
-}
-
-/// How the job ended, if a job manager recorded its end in ZooKeeper: `Ok(())` for a finished
-/// job, the failure for a failed one.
-fn ended_before(services: &ZooKeeperHaServices) -> Result<Option<Result<(), CliError>>, CliError> {
-    let status = services
-        .job_result()
-        .map_err(|e| CliError::usage(format!("high availability: {e}")))?;
-    Ok(status.map(|status| {
-        tracing::info!(%status, "the job already ended (recorded in ZooKeeper); nothing to run");
-        if status == "FINISHED" {
-            Ok(())
-        } else {
-            Err(CliError {
-                message: format!("the job already ended: {status} (recorded in ZooKeeper)"),
-                code: 1,
-            })
-        }
-    }))
-}
-
-/// High availability: contends for leadership of the job in ZooKeeper; while leading, runs the
-/// job from the latest checkpoint ZooKeeper records; on losing leadership cancels it here at
-/// once (its writes to ZooKeeper are fenced from then on) and contends again.
-fn lead_when_elected(
-    jm: &JobManager,
-    zk: &ZooKeeperHaConfig,
-    job_name: &str,
-    wordcount: crate::cli::WordcountArgs,
-    stop: &StopHandle,
-) -> Result<(), CliError> {
-    let services = ZooKeeperHaServices::connect(zk, JobId::from_name(job_name))
-        .map_err(|e| CliError::usage(format!("high availability: {e}")))?;
-    let election = services.leader_election(&jm.address().to_string());
-    let events = election.subscribe();
-    loop {
-        tracing::info!(quorum = %zk.quorum, "standing by: waiting for leadership");
-        let token = loop {
-            if stop.is_stopped() {
-                return Ok(());
-            }
-            if let Some(token) = election.await_leadership(Duration::from_millis(200)) {
-                break token;
-            }
-        };
-        tracing::info!(%token, "granted leadership");
-        // A leader that ended the job may have handed over to this one.
-        match ended_before(&services) {
-            Ok(Some(status)) => return status,
-            Ok(None) => {}
-            Err(e) => {
-                // ZooKeeper went away again: contend again once it is back.
-                tracing::warn!(error = %e.message, "cannot read whether the job already ended");
-                std::thread::sleep(Duration::from_millis(200));
-                continue;
-            }
-        }
-        jm.grant_leadership(token.epoch);
-        let term = StopHandle::new();
-        let revoked = Arc::new(AtomicBool::new(false));
-        let watcher = {
-            let (term, revoked, stop) = (term.clone(), revoked.clone(), stop.clone());
-            let events = events.clone();
-            let epoch = token.epoch;
-            std::thread::spawn(move || loop {
-                match events.recv_timeout(Duration::from_millis(50)) {
-                    Ok(LeadershipEvent::Revoked { token, reason }) if token.epoch == epoch => {
-                        revoked.store(true, Ordering::SeqCst);
-                        term.cancel();
-                        tracing::error!(%reason, "lost leadership: cancelling the job here");
-                        return;
-                    }
-                    Ok(_) | Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-                }
-                if term.is_stopped() && !revoked.load(Ordering::SeqCst) {
-                    return; // the term ended by itself
-                }
-                if stop.is_stopped() {
-                    term.stop();
-                }
-            })
-        };
-        let mut leader = LeaderServices {
-            services: services.clone(),
-            token,
-        };
-        let result = crate::wordcount::run_on(
-            wordcount.clone(),
-            true,
-            &mut jm.deployer(),
-            Some(&mut leader),
-            &term,
-        );
-        let lost = revoked.load(Ordering::SeqCst);
-        if !lost {
-            term.cancel(); // ends the watcher
-        } else {
-            jm.revoke_leadership();
-        }
-        let _ = watcher.join();
-        if !lost {
-            // The job ended for good (unless stopped by hand, which leaves it to resume):
-            // record it, so that no other job manager runs it again.
-            if !stop.is_stopped() {
-                let status = if result.is_ok() { "FINISHED" } else { "FAILED" };
-                if let Err(e) = services.record_job_result(&leader.token, status) {
-                    tracing::warn!(error = %e, "could not record the job's end in ZooKeeper; a standby may run it again from its final checkpoint");
-                }
-            }
-            return result;
-        }
-        tracing::warn!("the job was cancelled here after losing leadership; standing by again");
-    }
 }
 
 pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {

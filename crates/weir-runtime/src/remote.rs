@@ -95,39 +95,14 @@ struct RemoteSink<T> {
     _records: std::marker::PhantomData<fn(T)>,
 }
 
-/// Postcard output into a frame's buffer (after the header space): bytes are appended with
-/// `push`/`extend_from_slice`, not one `Extend` call per byte.
-struct FrameBuffer(Vec<u8>);
-
-impl postcard::ser_flavors::Flavor for FrameBuffer {
-    type Output = Vec<u8>;
-
-    #[inline]
-    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
-        self.0.push(byte);
-        Ok(())
-    }
-
-    #[inline]
-    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<Vec<u8>> {
-        Ok(self.0)
-    }
-}
-
 impl<T: Data> ChannelSink<T> for RemoteSink<T> {
     fn send(&self, element: Element<T>) -> Result<(), TaskError> {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut buffer = Vec::with_capacity(self.largest_frame.load(Relaxed).max(64));
-        buffer.resize(FRAME_HEADER, 0);
-        let frame =
-            postcard::serialize_with_flavor(&element, FrameBuffer(buffer)).map_err(|e| {
-                TaskError::user(format!("cannot serialise a batch for the network: {e}"))
-            })?;
+        let mut frame = Vec::with_capacity(self.largest_frame.load(Relaxed).max(64));
+        frame.resize(FRAME_HEADER, 0);
+        weir_state::append_postcard(&element, &mut frame).map_err(|e| {
+            TaskError::user(format!("cannot serialise a batch for the network: {e}"))
+        })?;
         self.largest_frame.fetch_max(frame.len(), Relaxed);
         // Uncontended: only the producer's own task loop sends on its channel.
         let mut writer = self.writer.lock().map_err(|_| TaskError::ChannelClosed)?;

@@ -100,8 +100,9 @@ where
     }
 }
 
-/// Appends the postcard encoding of `value` to `out`, without an intermediate buffer.
-pub(crate) fn append<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> postcard::Result<()> {
+/// Appends the postcard encoding of `value` to `out`, without an intermediate buffer (bytes
+/// go in with `push` and `extend_from_slice`, not one `Extend` call per byte).
+pub fn append<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> postcard::Result<()> {
     postcard::serialize_with_flavor(value, AppendToVec(out))
 }
 

@@ -79,6 +79,7 @@ mod snapshot_reader;
 mod state_set;
 mod value_state;
 
+pub use entry_codec::append as append_postcard;
 pub use error::StateError;
 pub use frozen_table::{FrozenTable, TableKind};
 pub use incremental::{

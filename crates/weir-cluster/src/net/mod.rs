@@ -302,14 +302,10 @@ impl AttemptNet {
             }
         }
         for out in self.outbound.lock().expect("outbound lock").values() {
-            out.broken.store(true, Ordering::Release);
             if let Ok(Some(s)) = out.stream.lock().as_deref() {
                 let _ = s.shutdown(Shutdown::Both);
             }
-            for credit in out.credits.lock().expect("credits lock").values() {
-                let _guard = credit.available.lock();
-                credit.granted.notify_all();
-            }
+            out.break_all();
         }
     }
 
@@ -444,6 +440,7 @@ fn run_outbound(
 }
 
 impl Outbound {
+    /// The connection is gone: every producer waiting for credit on it wakes up and fails.
     fn break_all(&self) {
         self.broken.store(true, Ordering::Release);
         for credit in self.credits.lock().expect("credits lock").values() {

@@ -122,7 +122,16 @@ fn job_command(job: &[String]) -> Result<ClusterJob, CliError> {
         Command::Bench(BenchArgs {
             suite: Some(BenchSuite::KeyedCount(args)),
             ..
-        }) => Ok(ClusterJob::KeyedCount(args)),
+        }) => {
+            // Every process writes its subtasks' state (a final checkpoint at least) where
+            // the job manager reads it: a scratch directory of one process will not do.
+            if args.run.checkpoint_dir.is_none() {
+                return Err(CliError::usage(
+                    "on a cluster, `bench keyed-count` needs --checkpoint-dir DIR (the same for every process)",
+                ));
+            }
+            Ok(ClusterJob::KeyedCount(args))
+        }
         _ => Err(CliError::usage(format!(
             "a cluster runs `run wordcount …` or `bench keyed-count …`, not {:?}",
             job.join(" ")
@@ -139,9 +148,8 @@ pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> 
         }
         ClusterJob::KeyedCount(args) => {
             let (graph, _) = crate::bench_keyed_count::job(&args).map_err(|e| e.message)?;
-            let setup =
-                crate::bench_suite::Setup::new(&args.run, "keyed-count").map_err(|e| e.message)?;
-            Ok((graph, setup.exec.clone()))
+            let dir = args.run.checkpoint_dir.clone().unwrap_or_default();
+            Ok((graph, crate::bench_suite::execution_config(&args.run, dir)))
         }
     }
 }
@@ -180,8 +188,7 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     );
     // Fail on bad job flags here, before any task manager is involved.
     let built = crate::wordcount::build(&wordcount, true)?;
-    let config = wordcount.job.config(&[])?;
-    let ha = HighAvailabilityConfig::from_config(&config)?;
+    let ha = HighAvailabilityConfig::from_config(&built.config)?;
     options.standby = !matches!(ha, HighAvailabilityConfig::None);
     let jm = JobManager::start(options).map_err(|e| CliError::usage(e.to_string()))?;
     eprintln!("job manager listening on {}", jm.address());
@@ -190,12 +197,12 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     let _ = ctrlc::set_handler(move || on_interrupt.stop());
     let result = match ha {
         HighAvailabilityConfig::None => {
-            crate::wordcount::run_on(wordcount, true, &mut jm.deployer(), None, &stop)
+            crate::wordcount::run_on(&wordcount, &built, &mut jm.deployer(), None, &stop)
         }
         HighAvailabilityConfig::ZooKeeper(zk) => {
             let outcome =
                 run_as_leader(&jm, &zk, &built.graph.name, &stop, |deployer, ha, term| {
-                    crate::wordcount::run_on(wordcount.clone(), true, deployer, Some(ha), term)
+                    crate::wordcount::run_on(&wordcount, &built, deployer, Some(ha), term)
                 })
                 .map_err(|e| CliError::usage(e.to_string()))?;
             match outcome {

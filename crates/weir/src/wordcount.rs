@@ -43,6 +43,8 @@ impl KeyedProcessFunction<String, String, (String, u64)> for WordCount {
 pub struct Wordcount {
     pub graph: weir_runtime::graph::JobGraph,
     pub exec: weir_runtime::ExecutionConfig,
+    /// The options the job was built with (file, environment, `-D`, flags).
+    pub config: weir_core::Config,
     skipped: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -98,6 +100,7 @@ pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError>
     Ok(Wordcount {
         graph,
         exec,
+        config,
         skipped,
     })
 }
@@ -106,15 +109,16 @@ pub fn run(args: WordcountArgs) -> Result<(), CliError> {
     let stop = StopHandle::new();
     let on_interrupt = stop.clone();
     let _ = ctrlc::set_handler(move || on_interrupt.stop());
-    run_on(args, false, &mut LocalDeployer, None, &stop)
+    let job = build(&args, false)?;
+    run_on(&args, &job, &mut LocalDeployer, None, &stop)
 }
 
 /// Runs the job with its attempts deployed by `deployer` — in this process, or on a cluster's
 /// task managers (`weir jobmanager -- run wordcount …`) — and its checkpoint ids and completed
 /// checkpoints kept by `ha` (ZooKeeper) or in this process; `stop` stops or cancels it.
 pub fn run_on(
-    args: WordcountArgs,
-    cluster: bool,
+    args: &WordcountArgs,
+    job: &Wordcount,
     deployer: &mut dyn Deployer,
     ha: Option<&mut dyn HighAvailabilityServices>,
     stop: &StopHandle,
@@ -123,10 +127,11 @@ pub fn run_on(
         graph,
         exec,
         skipped,
-    } = build(&args, cluster)?;
-    let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
-    let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
-    let summary = execute_with(&graph, &exec, &handle, &mut |_| {}, deployer, ha);
+        ..
+    } = job;
+    let handle = JobHandle::new(graph, &exec.checkpoint, stop.clone());
+    let served = crate::rest_args::serve(&args.job.rest, &handle, exec, graph.max_parallelism)?;
+    let summary = execute_with(graph, exec, &handle, &mut |_| {}, deployer, ha);
     served.finish();
     let summary = summary?;
     let secs = summary.elapsed.as_secs_f64();

@@ -126,6 +126,25 @@ pub struct Setup {
     cpu_start: f64,
 }
 
+/// How a benchmark runs, with checkpoints in `dir`.
+pub fn execution_config(run: &RunArgs, dir: PathBuf) -> ExecutionConfig {
+    ExecutionConfig {
+        checkpoint: CheckpointConfig {
+            interval: run.checkpoint_interval.0,
+            dir,
+            ..CheckpointConfig::default()
+        },
+        start: StartMode::Fresh,
+        // A failed final checkpoint (or any failure) restarts from the latest checkpoint
+        // rather than losing the run; restarts are reported.
+        restart: RestartStrategy::FixedDelay {
+            attempts: 3,
+            delay: Duration::from_millis(100),
+        },
+        ..ExecutionConfig::default()
+    }
+}
+
 impl Setup {
     pub fn new(run: &RunArgs, job: &str) -> Result<Setup, CliError> {
         if run.parallelism == 0 {
@@ -142,21 +161,7 @@ impl Setup {
             .clone()
             .or_else(|| scratch.clone())
             .unwrap_or_default();
-        let exec = ExecutionConfig {
-            checkpoint: CheckpointConfig {
-                interval: run.checkpoint_interval.0,
-                dir,
-                ..CheckpointConfig::default()
-            },
-            start: StartMode::Fresh,
-            // A failed final checkpoint (or any failure) restarts from the latest checkpoint
-            // rather than losing the run; restarts are reported.
-            restart: RestartStrategy::FixedDelay {
-                attempts: 3,
-                delay: Duration::from_millis(100),
-            },
-            ..ExecutionConfig::default()
-        };
+        let exec = execution_config(run, dir);
         let stop = StopHandle::new();
         if let Some(duration) = run.duration {
             let timer = stop.clone();

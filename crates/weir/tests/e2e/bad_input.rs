@@ -155,6 +155,17 @@ fn cluster_commands_refuse_bad_flags_with_exit_status_2() {
         "missing",
     );
     assert_refused(
+        &[
+            "jobmanager",
+            "--rpc-port",
+            "0",
+            "--",
+            "bench",
+            "keyed-count",
+        ],
+        "needs --checkpoint-dir DIR (the same for every process)",
+    );
+    assert_refused(
         &["taskmanager", "--jobmanager", "127.0.0.1:1", "--slots", "0"],
         "at least one slot",
     );

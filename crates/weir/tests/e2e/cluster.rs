@@ -136,10 +136,6 @@ fn job_manager_at(
     Process::start(cmd, dir.join(format!("{name}.log")))
 }
 
-fn task_manager(dir: &Path, port: u16, slots: u32, n: usize) -> Process {
-    task_manager_of(dir, &format!("127.0.0.1:{port}"), slots, n)
-}
-
 fn task_manager_of(dir: &Path, job_managers: &str, slots: u32, n: usize) -> Process {
     let mut cmd = weir();
     cmd.current_dir(dir)
@@ -162,23 +158,49 @@ fn wait_for_checkpoints(dir: &Path, n: usize, jm: &Process) {
     }
 }
 
+/// Three task managers of `slots` slots each, for the job manager(s) at `job_managers`.
+fn task_managers(dir: &Path, job_managers: &str, slots: u32) -> Vec<Process> {
+    (0..3)
+        .map(|n| task_manager_of(dir, job_managers, slots, n))
+        .collect()
+}
+
+/// Waits for the job manager to exit with status 0; returns its log.
+fn finished(jm: &mut Process) -> String {
+    let status = jm.wait(Duration::from_secs(180));
+    let log = jm.log();
+    assert!(status.success(), "job manager failed:\n{log}");
+    log
+}
+
+/// Waits for every task manager not killed by the test to exit with status 0.
+fn all_exited_ok(tms: &mut [Process]) {
+    for (n, tm) in tms.iter_mut().enumerate() {
+        if tm.child.is_some() {
+            let status = tm.wait(Duration::from_secs(30));
+            assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
+        }
+    }
+}
+
+/// A number no other run of the tests uses (for ZooKeeper roots and S3 prefixes).
+fn unique() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
 #[test]
 fn wordcount_on_three_task_managers_commits_every_count_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let input = write_text_input(dir.path(), 7, 4, 5_000);
     let port = free_port();
     let mut jm = job_manager(dir.path(), port, &input, 3);
-    let mut tms: Vec<Process> = (0..3)
-        .map(|n| task_manager(dir.path(), port, 1, n))
-        .collect();
-    let status = jm.wait(Duration::from_secs(120));
-    let log = jm.log();
-    assert!(status.success(), "job manager failed:\n{log}");
+    let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 1);
+    let log = finished(&mut jm);
     assert!(log.contains("0 restarts"), "{log}");
-    for tm in &mut tms {
-        let status = tm.wait(Duration::from_secs(10));
-        assert!(status.success(), "task manager failed:\n{}", tm.log());
-    }
+    all_exited_ok(&mut tms);
     // Every task manager ran subtasks: records crossed the network.
     for tm in &tms {
         assert!(tm.log().contains("deployed attempt=0"), "{}", tm.log());
@@ -192,14 +214,10 @@ fn a_task_manager_killed_with_sigkill_mid_run_fails_over_and_the_output_is_exact
     let input = write_text_input(dir.path(), 11, 30, 20_000);
     let port = free_port();
     let mut jm = job_manager(dir.path(), port, &input, 3);
-    let mut tms: Vec<Process> = (0..3)
-        .map(|n| task_manager(dir.path(), port, 2, n))
-        .collect();
+    let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 2);
     wait_for_checkpoints(dir.path(), 2, &jm);
     tms[1].kill();
-    let status = jm.wait(Duration::from_secs(180));
-    let log = jm.log();
-    assert!(status.success(), "job manager failed:\n{log}");
+    let log = finished(&mut jm);
     assert!(log.contains("task manager lost"), "{log}");
     assert!(
         log.contains("1 restarts"),
@@ -213,14 +231,7 @@ fn a_task_manager_killed_with_sigkill_mid_run_fails_over_and_the_output_is_exact
             tms[n].log()
         );
     }
-    for n in [0, 2] {
-        let status = tms[n].wait(Duration::from_secs(10));
-        assert!(
-            status.success(),
-            "task manager {n} failed:\n{}",
-            tms[n].log()
-        );
-    }
+    all_exited_ok(&mut tms);
     assert_exactly_once(&input, &dir.path().join("output"));
 }
 
@@ -238,10 +249,7 @@ fn zookeeper() -> String {
 
 /// The HA options of a job whose znodes live under a root no other run uses.
 fn ha_options(dir: &Path, test: &str) -> Vec<String> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
+    let nanos = unique();
     vec![
         "high-availability.type=zookeeper".into(),
         format!("high-availability.zookeeper.quorum={}", zookeeper()),
@@ -287,9 +295,7 @@ fn the_standby_job_manager_takes_over_from_a_killed_leader_and_ids_keep_ascendin
         })
         .collect();
     let addresses = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
-    let mut tms: Vec<Process> = (0..3)
-        .map(|n| task_manager_of(dir.path(), &addresses, 2, n))
-        .collect();
+    let mut tms = task_managers(dir.path(), &addresses, 2);
     // Whoever leads runs the job: wait for its checkpoints, then kill it.
     let deadline = Instant::now() + Duration::from_secs(60);
     let leader = loop {
@@ -308,9 +314,7 @@ fn the_standby_job_manager_takes_over_from_a_killed_leader_and_ids_keep_ascendin
     jms[leader].kill();
     let before = completed_ids(&jms[leader].log());
     let standby = 1 - leader;
-    let status = jms[standby].wait(Duration::from_secs(180));
-    let log = jms[standby].log();
-    assert!(status.success(), "the standby failed:\n{log}");
+    let log = finished(&mut jms[standby]);
     assert!(log.contains("granted leadership"), "{log}");
     assert!(
         log.contains("recovered the completed checkpoints ZooKeeper records"),
@@ -323,10 +327,7 @@ fn the_standby_job_manager_takes_over_from_a_killed_leader_and_ids_keep_ascendin
         "ids did not keep ascending across leaders: before {before:?}, after {after:?}"
     );
     assert!(after.windows(2).all(|w| w[0] < w[1]), "{after:?}");
-    for (n, tm) in tms.iter_mut().enumerate() {
-        let status = tm.wait(Duration::from_secs(20));
-        assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
-    }
+    all_exited_ok(&mut tms);
     assert_exactly_once(&input, &dir.path().join("output"));
 
     // The job's end is recorded: a job manager started later does not run it again.
@@ -363,22 +364,15 @@ fn a_zookeeper_restart_mid_run_loses_nothing() {
     let ha = ha_options(dir.path(), "zk-restart");
     let port = free_port();
     let mut jm = job_manager_with(dir.path(), port, &input, 3, &ha, "jobmanager");
-    let mut tms: Vec<Process> = (0..3)
-        .map(|n| task_manager(dir.path(), port, 1, n))
-        .collect();
+    let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 1);
     wait_for_checkpoints(dir.path(), 2, &jm);
     zookeeper_script("stop");
     std::thread::sleep(Duration::from_millis(1500));
     zookeeper_script("start");
-    let status = jm.wait(Duration::from_secs(180));
-    let log = jm.log();
-    assert!(status.success(), "job manager failed:\n{log}");
+    let log = finished(&mut jm);
     let ids = completed_ids(&log);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
-    for (n, tm) in tms.iter_mut().enumerate() {
-        let status = tm.wait(Duration::from_secs(20));
-        assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
-    }
+    all_exited_ok(&mut tms);
     assert_exactly_once(&input, &dir.path().join("output"));
 }
 
@@ -390,10 +384,7 @@ fn a_cluster_checkpointing_to_s3_survives_a_killed_task_manager() {
     let bucket = std::env::var("WEIR_TEST_S3_BUCKET").expect("WEIR_TEST_S3_BUCKET");
     let dir = tempfile::tempdir().unwrap();
     let input = write_text_input(dir.path(), 19, 30, 20_000);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
+    let nanos = unique();
     let location = format!("s3://{bucket}/cluster-{nanos}");
     let s3 = vec![
         format!("s3.endpoint={endpoint}"),
@@ -404,30 +395,21 @@ fn a_cluster_checkpointing_to_s3_survives_a_killed_task_manager() {
     ];
     let port = free_port();
     let mut jm = job_manager_at(dir.path(), port, &input, 3, &s3, "jobmanager", &location);
-    let mut tms: Vec<Process> = (0..3)
-        .map(|n| task_manager(dir.path(), port, 2, n))
-        .collect();
+    let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 2);
     let deadline = Instant::now() + Duration::from_secs(60);
     while completed_ids(&jm.log()).len() < 2 {
         assert!(Instant::now() < deadline, "no checkpoints:\n{}", jm.log());
         std::thread::sleep(Duration::from_millis(20));
     }
     tms[2].kill();
-    let status = jm.wait(Duration::from_secs(180));
-    let log = jm.log();
-    assert!(status.success(), "job manager failed:\n{log}");
+    let log = finished(&mut jm);
     assert!(
         log.contains("1 restarts"),
         "the job did not restart once:\n{log}"
     );
-    for n in [0, 1] {
-        let status = tms[n].wait(Duration::from_secs(20));
-        assert!(
-            status.success(),
-            "task manager {n} failed:\n{}",
-            tms[n].log()
-        );
-        assert!(tms[n].log().contains("restored"), "{}", tms[n].log());
+    all_exited_ok(&mut tms);
+    for tm in &tms[..2] {
+        assert!(tm.log().contains("restored"), "{}", tm.log());
     }
     assert!(
         !dir.path().join("checkpoints").exists(),
@@ -442,9 +424,7 @@ fn a_task_manager_that_stops_answering_is_declared_lost_by_heartbeat_and_the_job
     let input = write_text_input(dir.path(), 23, 30, 20_000);
     let port = free_port();
     let mut jm = job_manager(dir.path(), port, &input, 3);
-    let mut tms: Vec<Process> = (0..3)
-        .map(|n| task_manager(dir.path(), port, 2, n))
-        .collect();
+    let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 2);
     wait_for_checkpoints(dir.path(), 2, &jm);
     // Frozen, not dead: its connections stay open, only its heartbeats stop.
     tms[1].signal("STOP");
@@ -456,13 +436,8 @@ fn a_task_manager_that_stops_answering_is_declared_lost_by_heartbeat_and_the_job
     let log = jm.log();
     assert!(log.contains("no heartbeat for"), "{log}");
     tms[1].signal("CONT");
-    let status = jm.wait(Duration::from_secs(180));
-    let log = jm.log();
-    assert!(status.success(), "job manager failed:\n{log}");
+    let log = finished(&mut jm);
     assert!(log.contains("1 restarts"), "{log}");
-    for (n, tm) in tms.iter_mut().enumerate() {
-        let status = tm.wait(Duration::from_secs(30));
-        assert!(status.success(), "task manager {n} failed:\n{}", tm.log());
-    }
+    all_exited_ok(&mut tms);
     assert_exactly_once(&input, &dir.path().join("output"));
 }

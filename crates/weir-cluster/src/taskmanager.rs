@@ -74,6 +74,19 @@ struct Job {
     workers: SnapshotWorkers,
     /// Where subtasks and snapshot workers send acknowledgements and status.
     coordinator: Sender<CoordinatorMessage>,
+    /// Hands each attempt's events to the report forwarder.
+    attempts: Sender<AttemptEvents>,
+}
+
+/// An attempt's events, for the report forwarder to send to the job manager.
+struct AttemptEvents {
+    attempt: u32,
+    events: Receiver<JobEvent>,
+    /// The session that deployed the attempt.
+    outbox: Outbox,
+    counts: Arc<AttemptMetrics>,
+    /// Dropped once every event of the attempt was sent: its receiver then knows.
+    _forwarded: Sender<()>,
 }
 
 /// One attempt's subtasks on this task manager.
@@ -267,7 +280,8 @@ fn build_job(
         coordinator.clone(),
         config.checkpoint.incremental,
     );
-    spawn_report_forwarder(messages, outbox.clone());
+    let (attempts, attempt_events) = crossbeam_channel::unbounded();
+    spawn_report_forwarder(messages, attempt_events, outbox.clone());
     tracing::info!(job = %graph.name, "built the job");
     Ok(Job {
         graph,
@@ -275,22 +289,75 @@ fn build_job(
         storage,
         workers,
         coordinator,
+        attempts,
     })
 }
 
-/// Sends acknowledgements, declines and task status to the job manager of the moment.
+/// Sends acknowledgements, declines and task status to the job manager of the moment, and
+/// each attempt's events to the session that deployed it.
+///
+/// One thread sends both, and sends an event only after every coordinator message already
+/// queued: a subtask reports itself running before it can report its end of input, and the
+/// job manager must hear them in that order (else it cannot take the final checkpoint).
 fn spawn_report_forwarder(
     messages: Receiver<CoordinatorMessage>,
+    attempts: Receiver<AttemptEvents>,
     outbox: Arc<Mutex<Option<Outbox>>>,
 ) {
+    let forward = move |m: CoordinatorMessage| {
+        let Some((attempt, report)) = Report::from_coordinator_message(m) else {
+            return;
+        };
+        let current = outbox.lock().expect("outbox lock").clone();
+        if let Some(outbox) = current {
+            send_report(&outbox, attempt, &report);
+        }
+    };
     std::thread::spawn(move || {
-        for m in messages {
-            let Some((attempt, report)) = Report::from_coordinator_message(m) else {
-                continue;
-            };
-            let current = outbox.lock().expect("outbox lock").clone();
-            if let Some(outbox) = current {
-                send_report(&outbox, attempt, &report);
+        let mut live: Vec<AttemptEvents> = Vec::new();
+        let mut attempts_open = true;
+        loop {
+            let mut select = crossbeam_channel::Select::new();
+            let from_coordinator = select.recv(&messages);
+            let new_attempt = attempts_open.then(|| select.recv(&attempts));
+            let first_event = new_attempt.unwrap_or(from_coordinator) + 1;
+            for a in &live {
+                select.recv(&a.events);
+            }
+            let op = select.select();
+            let index = op.index();
+            if index == from_coordinator {
+                match op.recv(&messages) {
+                    Ok(m) => forward(m),
+                    Err(_) => return,
+                }
+            } else if Some(index) == new_attempt {
+                match op.recv(&attempts) {
+                    Ok(a) => live.push(a),
+                    Err(_) => attempts_open = false,
+                }
+            } else {
+                let a = index - first_event;
+                match op.recv(&live[a].events) {
+                    Ok(event) => {
+                        for m in messages.try_iter() {
+                            forward(m);
+                        }
+                        let a = &live[a];
+                        // The job manager's record counts are current when it hears of an end
+                        // of input.
+                        if matches!(
+                            event,
+                            JobEvent::SourceExhausted(_) | JobEvent::TaskFinished(_)
+                        ) {
+                            let _ = a.outbox.send(heartbeat_message(&a.counts));
+                        }
+                        send_report(&a.outbox, a.attempt, &Report::Event(event));
+                    }
+                    Err(_) => {
+                        live.swap_remove(a);
+                    }
+                }
             }
         }
     });
@@ -321,19 +388,15 @@ fn start_attempt(
     let generation = plan.generation();
     let net = plane.open_attempt(&options.id, plan);
     let (events, event_rx) = crossbeam_channel::unbounded::<JobEvent>();
-    let forward = outbox.clone();
-    let counts = metrics.clone();
-    let forwarder = std::thread::spawn(move || {
-        for event in event_rx {
-            // The job manager's record counts are current when it hears of an end of input.
-            if matches!(
-                event,
-                JobEvent::SourceExhausted(_) | JobEvent::TaskFinished(_)
-            ) {
-                let _ = forward.send(heartbeat_message(&counts));
-            }
-            send_report(&forward, attempt, &Report::Event(event));
-        }
+    let (forwarded, all_forwarded) = crossbeam_channel::bounded::<()>(0);
+    // Should the forwarder be gone, the attempt's events are dropped with this and
+    // `all_forwarded` does not wait.
+    let _ = job.attempts.send(AttemptEvents {
+        attempt,
+        events: event_rx,
+        outbox: outbox.clone(),
+        counts: metrics.clone(),
+        _forwarded: forwarded,
     });
     let savepoint_storage;
     let restore = match &plan.restore {
@@ -382,7 +445,7 @@ fn start_attempt(
                 });
             }
             drop(events);
-            let _ = forwarder.join();
+            let _ = all_forwarded.recv();
             let _ = outbox.send(message(from_task_manager::Kind::Stopped(AttemptStopped {
                 attempt,
             })));
@@ -410,7 +473,7 @@ fn start_attempt(
         // Invariant: every event of the attempt, then its final counts, reach the job manager
         // before the attempt is reported stopped; after that it takes nothing more from it.
         drop(events);
-        let _ = forwarder.join();
+        let _ = all_forwarded.recv();
         let _ = watcher_outbox.send(heartbeat_message(&watcher_metrics));
         let _ = watcher_outbox.send(message(from_task_manager::Kind::Stopped(AttemptStopped {
             attempt,
@@ -491,4 +554,69 @@ fn spawn_heartbeats(outbox: Outbox, metrics: Arc<AttemptMetrics>) -> Heartbeats 
         }
     });
     Heartbeats { interval_ms, stop }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_checkpoint::TaskStatus;
+    use weir_core::OperatorId;
+
+    #[test]
+    fn a_subtask_status_reaches_the_job_manager_before_the_events_that_follow_it() {
+        let (coordinator, messages) = crossbeam_channel::unbounded();
+        let (attempts, attempt_events) = crossbeam_channel::unbounded();
+        let (outbox, mut sent) = mpsc::unbounded_channel();
+        spawn_report_forwarder(
+            messages,
+            attempt_events,
+            Arc::new(Mutex::new(Some(outbox.clone()))),
+        );
+        let (events, event_rx) = crossbeam_channel::unbounded();
+        let (forwarded, all_forwarded) = crossbeam_channel::bounded::<()>(0);
+        attempts
+            .send(AttemptEvents {
+                attempt: 0,
+                events: event_rx,
+                outbox,
+                counts: Arc::new(Mutex::new(None)),
+                _forwarded: forwarded,
+            })
+            .unwrap();
+        // Each source reports itself running (to its coordinator), then its end of input (to
+        // the executor), as a source subtask does.
+        let sources = 500;
+        for index in 0..sources {
+            let subtask = SubtaskId::new(OperatorId(7), index);
+            coordinator
+                .send(CoordinatorMessage::TaskStatus {
+                    attempt: 0,
+                    subtask,
+                    status: TaskStatus::Running,
+                })
+                .unwrap();
+            events.send(JobEvent::SourceExhausted(subtask)).unwrap();
+        }
+        drop(events);
+        assert!(all_forwarded.recv().is_err(), "nothing is sent on it");
+
+        let mut running = std::collections::HashSet::new();
+        let mut exhausted = 0;
+        while let Ok(m) = sent.try_recv() {
+            let Some(from_task_manager::Kind::Report(r)) = m.kind else {
+                continue; // the record counts sent with an end of input
+            };
+            match wire::decode::<Report>(&r.payload, "a report").unwrap() {
+                Report::TaskStatus { subtask, .. } => {
+                    running.insert(subtask);
+                }
+                Report::Event(JobEvent::SourceExhausted(subtask)) => {
+                    assert!(running.contains(&subtask), "{subtask} ended before it ran");
+                    exhausted += 1;
+                }
+                other => panic!("unexpected report {other:?}"),
+            }
+        }
+        assert_eq!(exhausted, sources);
+    }
 }

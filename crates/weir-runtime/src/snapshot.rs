@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use weir_checkpoint::AckMetrics;
 use weir_core::{CheckpointId, HandleKind, KeyGroupRange, StateHandle, SubtaskId, SubtaskState};
-use weir_state::{encode_incremental, Chain, KeyedSnapshotPlan, SharedStateFile};
+use weir_state::{encode_incremental, Chain, FrozenTable, KeyedSnapshotPlan, SharedStateFile};
 use weir_storage::{CheckpointLayout, CheckpointStorage};
 
 use crate::control::CoordinatorMessage;
@@ -123,9 +123,14 @@ fn work(
 fn persist(
     storage: &CheckpointStorage,
     incremental: bool,
-    job: SnapshotJob,
+    mut job: SnapshotJob,
 ) -> Result<(SubtaskState, AckMetrics), String> {
     let async_start = Instant::now();
+    // Owned here to be let go of once encoded, before the slow part (writing and `fsync`):
+    // while a snapshot shares a key group, the task's writes to it take the slower
+    // copy-on-write path (see `weir_state::keyed_table`).
+    let keyed = std::mem::take(&mut job.snapshot.keyed);
+    let plan = job.snapshot.incremental.take();
     let index = job.subtask.index;
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         format!(
@@ -137,18 +142,19 @@ fn persist(
     // The shared file this snapshot wrote: nobody references it before the acknowledgement,
     // so a failure after it was written deletes it.
     let mut new_shared = None;
-    if !job.snapshot.keyed.is_empty() {
+    if !keyed.is_empty() {
         // Savepoints are written in full: they must stand alone, without shared files.
-        match (&job.snapshot.incremental, incremental && !job.savepoint) {
+        match (plan, incremental && !job.savepoint) {
             (Some(plan), true) => {
-                let (s, written) =
-                    persist_incremental(storage, &job, plan).map_err(|(what, e)| fail(what, &e))?;
+                let (s, written) = persist_incremental(storage, &job, keyed, &plan)
+                    .map_err(|(what, e)| fail(what, &e))?;
                 state = s;
                 new_shared = written;
             }
             _ => {
-                let bytes = weir_state::encode_keyed_snapshot(&job.snapshot.keyed, job.key_groups)
+                let bytes = weir_state::encode_keyed_snapshot(&keyed, job.key_groups)
                     .map_err(|e| fail("encoding keyed state", &e))?;
+                drop(keyed);
                 let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "keyed");
                 let kind = HandleKind::Keyed {
                     key_groups: job.key_groups,
@@ -197,14 +203,16 @@ fn discard_unacknowledged(storage: &CheckpointStorage, path: &str) {
 fn persist_incremental(
     storage: &CheckpointStorage,
     job: &SnapshotJob,
+    keyed: Vec<Box<dyn FrozenTable>>,
     plan: &KeyedSnapshotPlan,
 ) -> Result<(SubtaskState, Option<String>), (&'static str, String)> {
     let index = job.subtask.index;
     let kind = HandleKind::Keyed {
         key_groups: job.key_groups,
     };
-    let mut encoding = encode_incremental(&job.snapshot.keyed, job.key_groups, plan)
+    let mut encoding = encode_incremental(&keyed, job.key_groups, plan)
         .map_err(|e| ("encoding keyed state", e.to_string()))?;
+    drop(keyed);
     let mut written = Vec::new();
     let mut file = None;
     if let Some(data) = encoding.data.take() {

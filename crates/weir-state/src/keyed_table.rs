@@ -25,6 +25,7 @@ use crate::key_group::key_group_of;
 use crate::snapshot_reader::KeyedSnapshotReader;
 use hashbrown::hash_map::RawEntryMut;
 use hashbrown::HashMap;
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
@@ -36,20 +37,19 @@ pub const TOMBSTONE_EPOCHS: u64 = 32;
 /// One key group: its entries, each with the epoch of its last write, and its recent removals.
 pub(crate) struct Group<K, E> {
     entries: HashMap<K, (E, u64)>,
-    /// Keys removed, with the epoch of the removal.
+    /// Keys removed, with the epoch of the removal, in the order of removal (a key removed,
+    /// written and removed again is there twice). A queue rather than a map: remembering a
+    /// removal is a push, forgetting the old ones pops them from the front.
     // Invariant: holds every key removed in an epoch later than the newest epoch minus
-    // TOMBSTONE_EPOCHS (older ones may be pruned).
-    removed: HashMap<K, u64>,
-    /// The smallest epoch in `removed` (meaningless while it is empty).
-    oldest_removed: u64,
+    // TOMBSTONE_EPOCHS (older ones may be pruned); epochs ascend from front to back.
+    removed: VecDeque<(K, u64)>,
 }
 
 impl<K, E> Default for Group<K, E> {
     fn default() -> Self {
         Group {
             entries: HashMap::new(),
-            removed: HashMap::new(),
-            oldest_removed: 0,
+            removed: VecDeque::new(),
         }
     }
 }
@@ -65,9 +65,13 @@ impl<K: Key, E> Group<K, E> {
     /// Forgets the removals no delta taken in `epoch` or later can need, if there are any.
     #[inline]
     fn prune(&mut self, epoch: u64, needed_after: u64) {
-        if !self.removed.is_empty() && !keeps(self.oldest_removed, epoch, needed_after) {
-            self.removed.retain(|_, e| keeps(*e, epoch, needed_after));
-            self.oldest_removed = self.removed.values().copied().min().unwrap_or(epoch);
+        // `keeps` holds from some epoch on, and epochs ascend: the ones to forget are in front.
+        while self
+            .removed
+            .front()
+            .is_some_and(|(_, e)| !keeps(*e, epoch, needed_after))
+        {
+            self.removed.pop_front();
         }
     }
 
@@ -83,10 +87,11 @@ impl<K: Key, E> Group<K, E> {
             return;
         }
         self.prune(epoch, needed_after);
-        if self.removed.is_empty() {
-            self.oldest_removed = epoch;
-        }
-        self.removed.insert(key, epoch);
+        debug_assert!(
+            self.removed.back().is_none_or(|(_, last)| *last <= epoch),
+            "removals are remembered in the order of their epochs"
+        );
+        self.removed.push_back((key, epoch));
     }
 }
 
@@ -100,17 +105,15 @@ fn unshare<K: Key, E: Clone>(
     needed_after: u64,
 ) -> &mut Group<K, E> {
     if Arc::get_mut(slot).is_none() {
-        let removed: HashMap<K, u64> = slot
+        let removed = slot
             .removed
             .iter()
-            .filter(|(_, e)| keeps(**e, epoch, needed_after))
-            .map(|(k, e)| (k.clone(), *e))
+            .filter(|(_, e)| keeps(*e, epoch, needed_after))
+            .cloned()
             .collect();
-        let oldest_removed = removed.values().copied().min().unwrap_or(epoch);
         *slot = Arc::new(Group {
             entries: slot.entries.clone(),
             removed,
-            oldest_removed,
         });
     }
     Arc::get_mut(slot).expect("a group just copied is not shared")
@@ -859,17 +862,26 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
                 "a delta since epoch {since_epoch} needs removals older than the {TOMBSTONE_EPOCHS} epochs kept"
             )));
         }
-        let removed = group
+        // Each is picked in one pass over the group (it may be large and mostly unchanged),
+        // then counted and encoded.
+        let removed: Vec<&K> = group
             .removed
             .iter()
-            .filter(|(k, e)| **e > since_epoch && !group.entries.contains_key(*k));
-        append(&(removed.clone().count() as u64), out).map_err(|e| error(e.to_string()))?;
-        for (key, _) in removed {
+            .filter(|(k, e)| *e > since_epoch && !group.entries.contains_key(k))
+            .map(|(k, _)| k)
+            .collect();
+        append(&(removed.len() as u64), out).map_err(|e| error(e.to_string()))?;
+        for key in removed {
             append(key, out).map_err(|e| error(format!("key: {e}")))?;
         }
-        let changed = group.entries.iter().filter(|(_, (_, e))| *e > since_epoch);
-        append(&(changed.clone().count() as u64), out).map_err(|e| error(e.to_string()))?;
-        for (key, (entry, _)) in changed {
+        let changed: Vec<(&K, &E)> = group
+            .entries
+            .iter()
+            .filter(|(_, (_, e))| *e > since_epoch)
+            .map(|(k, (entry, _))| (k, entry))
+            .collect();
+        append(&(changed.len() as u64), out).map_err(|e| error(e.to_string()))?;
+        for (key, entry) in changed {
             append(key, out).map_err(|e| error(format!("key: {e}")))?;
             C::encode(entry, out).map_err(|e| error(format!("value: {e}")))?;
         }

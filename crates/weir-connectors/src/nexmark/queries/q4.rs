@@ -82,9 +82,17 @@ impl KeyedProcessFunction<u64, Either<Auction, Bid>, (u64, u64)> for ClosingPric
                 );
                 ctx.register_event_time_timer(a.expires);
             }
-            Either::Right(b) => match open.get_mut(key) {
-                Some(o) if o.date_time <= b.date_time && b.date_time <= o.expires => {
-                    o.best = o.best.max(Some(b.price));
+            Either::Right(b) => match open.get(key) {
+                // Written only when the bid is the best so far: an unchanged auction is not
+                // written again by the next incremental checkpoint.
+                Some(o)
+                    if o.date_time <= b.date_time
+                        && b.date_time <= o.expires
+                        && o.best < Some(b.price) =>
+                {
+                    if let Some(o) = open.get_mut(key) {
+                        o.best = Some(b.price);
+                    }
                 }
                 Some(_) => {}
                 None if b.date_time > ctx.current_watermark() => {

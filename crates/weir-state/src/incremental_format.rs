@@ -31,8 +31,10 @@ use std::sync::Arc;
 use weir_core::KeyGroupRange;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-/// Data files are encoded in chunks of about this many bytes.
-const CHUNK_BYTES: usize = 4 << 20;
+/// Data files are encoded in chunks of about this many bytes: small enough for the allocator to
+/// reuse their memory from one checkpoint to the next (multi-megabyte buffers were mapped fresh,
+/// and their pages faulted in, every time).
+const CHUNK_BYTES: usize = 256 << 10;
 
 /// The first eight bytes of a shared data file of keyed state.
 pub const DATA_FILE_MAGIC: [u8; 8] = *b"WEIRKDAT";

@@ -41,15 +41,24 @@ pub(crate) struct Group<K, E> {
     /// written and removed again is there twice). A queue rather than a map: remembering a
     /// removal is a push, forgetting the old ones pops them from the front.
     // Invariant: holds every key removed in an epoch later than the newest epoch minus
-    // TOMBSTONE_EPOCHS (older ones may be pruned); epochs ascend from front to back.
+    // TOMBSTONE_EPOCHS (older ones may be pruned), at least its latest removal; epochs ascend
+    // from front to back.
     removed: VecDeque<(K, u64)>,
+    /// `removed` is compacted to one removal per key once it is longer than this and than
+    /// `MIN_COMPACTION + 2 × entries`: a key removed over and over between checkpoints does not
+    /// grow it without bound.
+    compact_above: usize,
 }
+
+/// The length of a key group's removals below which they are never compacted.
+pub(crate) const MIN_COMPACTION: usize = 4096;
 
 impl<K, E> Default for Group<K, E> {
     fn default() -> Self {
         Group {
             entries: HashMap::new(),
             removed: VecDeque::new(),
+            compact_above: 0,
         }
     }
 }
@@ -92,6 +101,30 @@ impl<K: Key, E> Group<K, E> {
             "removals are remembered in the order of their epochs"
         );
         self.removed.push_back((key, epoch));
+        if self.removed.len()
+            > self
+                .compact_above
+                .max(MIN_COMPACTION + 2 * self.entries.len())
+        {
+            self.compact_removals();
+        }
+    }
+
+    /// Keeps only the latest removal of each key, in order: a delta since any epoch needs a key
+    /// if its latest removal is after that epoch (and it was not written again). The next
+    /// compaction waits until the removals doubled, so compacting costs O(1) per removal.
+    #[cold]
+    fn compact_removals(&mut self) {
+        let mut seen = hashbrown::HashSet::with_capacity(self.removed.len());
+        let mut latest: Vec<(K, u64)> = Vec::with_capacity(self.removed.len());
+        while let Some((key, epoch)) = self.removed.pop_back() {
+            if seen.insert(key.clone()) {
+                latest.push((key, epoch));
+            }
+        }
+        latest.reverse();
+        self.removed = latest.into();
+        self.compact_above = 2 * self.removed.len();
     }
 }
 
@@ -114,6 +147,7 @@ fn unshare<K: Key, E: Clone>(
         *slot = Arc::new(Group {
             entries: slot.entries.clone(),
             removed,
+            compact_above: 0,
         });
     }
     Arc::get_mut(slot).expect("a group just copied is not shared")

@@ -344,6 +344,35 @@ mod tests {
     }
 
     #[test]
+    fn a_key_removed_over_and_over_between_snapshots_is_remembered_once() {
+        let mut s: ValueState<u64, u64> = ValueState::new("flags");
+        s.init(MP, KeyGroupRange::new(0, MP));
+        s.table.freeze(); // removals from now on are kept for the next delta
+        for round in 0..100_000u64 {
+            for k in 0..3u64 {
+                let key = CurrentKey::new(&k, MP);
+                s.set(&key, round);
+                s.clear(&key);
+            }
+        }
+        assert!(
+            s.table.tombstones_len() <= 3 * (super::super::keyed_table::MIN_COMPACTION + 1),
+            "{} removals remembered for 3 keys",
+            s.table.tombstones_len()
+        );
+        // The next delta still holds each removed key.
+        let frozen = s.table.freeze();
+        let mut removed = 0;
+        for g in 0..MP {
+            let mut bytes = Vec::new();
+            frozen.encode_key_group_delta(g, 0, &mut bytes).unwrap();
+            let (count, _): (u64, _) = postcard::take_from_bytes(&bytes).unwrap();
+            removed += count;
+        }
+        assert!(removed >= 3, "the delta removes every key ({removed})");
+    }
+
+    #[test]
     fn removals_up_to_the_confirmed_snapshot_are_left_out_of_the_next_copy() {
         let mut s: ValueState<u64, u64> = ValueState::new("windows");
         s.init(MP, KeyGroupRange::new(0, MP));

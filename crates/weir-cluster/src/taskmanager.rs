@@ -315,21 +315,22 @@ fn spawn_report_forwarder(
     };
     std::thread::spawn(move || {
         let mut live: Vec<AttemptEvents> = Vec::new();
-        let mut attempts_open = true;
-        loop {
+        let (mut messages_open, mut attempts_open) = (true, true);
+        // Until the job and every attempt are gone, and every event was sent.
+        while messages_open || attempts_open || !live.is_empty() {
             let mut select = crossbeam_channel::Select::new();
-            let from_coordinator = select.recv(&messages);
+            let from_coordinator = messages_open.then(|| select.recv(&messages));
             let new_attempt = attempts_open.then(|| select.recv(&attempts));
-            let first_event = new_attempt.unwrap_or(from_coordinator) + 1;
+            let first_event = usize::from(messages_open) + usize::from(attempts_open);
             for a in &live {
                 select.recv(&a.events);
             }
             let op = select.select();
             let index = op.index();
-            if index == from_coordinator {
+            if Some(index) == from_coordinator {
                 match op.recv(&messages) {
                     Ok(m) => forward(m),
-                    Err(_) => return,
+                    Err(_) => messages_open = false,
                 }
             } else if Some(index) == new_attempt {
                 match op.recv(&attempts) {

@@ -108,8 +108,12 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
 /// The jobs a cluster runs.
 enum ClusterJob {
     Wordcount(crate::cli::WordcountArgs),
-    /// The keyed-count benchmark, to measure throughput over the network.
-    KeyedCount(crate::bench_suite::KeyedCountArgs),
+    /// The keyed-count benchmark, to measure throughput over the network, with checkpoints
+    /// in `checkpoint_dir`.
+    KeyedCount {
+        args: crate::bench_suite::KeyedCountArgs,
+        checkpoint_dir: std::path::PathBuf,
+    },
 }
 
 /// The job's own flags, parsed as `weir <job…>` would parse them.
@@ -125,12 +129,15 @@ fn job_command(job: &[String]) -> Result<ClusterJob, CliError> {
         }) => {
             // Every process writes its subtasks' state (a final checkpoint at least) where
             // the job manager reads it: a scratch directory of one process will not do.
-            if args.run.checkpoint_dir.is_none() {
+            let Some(checkpoint_dir) = args.run.checkpoint_dir.clone() else {
                 return Err(CliError::usage(
                     "on a cluster, `bench keyed-count` needs --checkpoint-dir DIR (the same for every process)",
                 ));
-            }
-            Ok(ClusterJob::KeyedCount(args))
+            };
+            Ok(ClusterJob::KeyedCount {
+                args,
+                checkpoint_dir,
+            })
         }
         _ => Err(CliError::usage(format!(
             "a cluster runs `run wordcount …` or `bench keyed-count …`, not {:?}",
@@ -146,10 +153,15 @@ pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> 
             let built = crate::wordcount::build(&args, true).map_err(|e| e.message)?;
             Ok((built.graph, built.exec))
         }
-        ClusterJob::KeyedCount(args) => {
+        ClusterJob::KeyedCount {
+            args,
+            checkpoint_dir,
+        } => {
             let (graph, _) = crate::bench_keyed_count::job(&args).map_err(|e| e.message)?;
-            let dir = args.run.checkpoint_dir.clone().unwrap_or_default();
-            Ok((graph, crate::bench_suite::execution_config(&args.run, dir)))
+            Ok((
+                graph,
+                crate::bench_suite::execution_config(&args.run, checkpoint_dir),
+            ))
         }
     }
 }
@@ -158,7 +170,7 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     let options = job_manager_options(&args)?;
     let mut wordcount = match job_command(&args.job)? {
         ClusterJob::Wordcount(wordcount) => wordcount,
-        ClusterJob::KeyedCount(bench) => {
+        ClusterJob::KeyedCount { args: bench, .. } => {
             // The benchmark takes no -D options of its own: only the cluster's apply.
             let cluster_options = ["heartbeat.", "slot.request.timeout"];
             if let Some(d) = args

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{assert_exactly_once, completed_checkpoints, text, weir, write_text_input};
+use crate::common::{assert_exactly_once, text, weir, write_text_input};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -145,17 +145,27 @@ fn task_manager_of(dir: &Path, job_managers: &str, slots: u32, n: usize) -> Proc
     Process::start(cmd, dir.join(format!("taskmanager-{n}.log")))
 }
 
-/// Waits until the job has `n` completed checkpoints.
-fn wait_for_checkpoints(dir: &Path, n: usize, jm: &Process) {
+/// Polls the job manager's log until `done` holds; fails after 60 s with `what` did not happen.
+fn wait_until(jm: &Process, what: &str, done: impl Fn(&str) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while completed_checkpoints(&dir.join("checkpoints"), "wordcount").len() < n {
+    loop {
+        let log = jm.log();
+        if done(&log) {
+            return;
+        }
         assert!(
             Instant::now() < deadline,
-            "no {n} checkpoints within 60 s; job manager log:\n{}",
-            jm.log()
+            "{what} within 60 s; job manager log:\n{log}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until the job manager has completed `n` checkpoints.
+fn wait_for_checkpoints(jm: &Process, n: usize) {
+    wait_until(jm, &format!("no {n} checkpoints"), |log| {
+        completed_ids(log).len() >= n
+    });
 }
 
 /// Three task managers of `slots` slots each, for the job manager(s) at `job_managers`.
@@ -215,7 +225,7 @@ fn a_task_manager_killed_with_sigkill_mid_run_fails_over_and_the_output_is_exact
     let port = free_port();
     let mut jm = job_manager(dir.path(), port, &input, 3);
     let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 2);
-    wait_for_checkpoints(dir.path(), 2, &jm);
+    wait_for_checkpoints(&jm, 2);
     tms[1].kill();
     let log = finished(&mut jm);
     assert!(log.contains("task manager lost"), "{log}");
@@ -365,7 +375,7 @@ fn a_zookeeper_restart_mid_run_loses_nothing() {
     let port = free_port();
     let mut jm = job_manager_with(dir.path(), port, &input, 3, &ha, "jobmanager");
     let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 1);
-    wait_for_checkpoints(dir.path(), 2, &jm);
+    wait_for_checkpoints(&jm, 2);
     zookeeper_script("stop");
     std::thread::sleep(Duration::from_millis(1500));
     zookeeper_script("start");
@@ -396,11 +406,7 @@ fn a_cluster_checkpointing_to_s3_survives_a_killed_task_manager() {
     let port = free_port();
     let mut jm = job_manager_at(dir.path(), port, &input, 3, &s3, "jobmanager", &location);
     let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 2);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while completed_ids(&jm.log()).len() < 2 {
-        assert!(Instant::now() < deadline, "no checkpoints:\n{}", jm.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_checkpoints(&jm, 2);
     tms[2].kill();
     let log = finished(&mut jm);
     assert!(
@@ -425,14 +431,12 @@ fn a_task_manager_that_stops_answering_is_declared_lost_by_heartbeat_and_the_job
     let port = free_port();
     let mut jm = job_manager(dir.path(), port, &input, 3);
     let mut tms = task_managers(dir.path(), &format!("127.0.0.1:{port}"), 2);
-    wait_for_checkpoints(dir.path(), 2, &jm);
+    wait_for_checkpoints(&jm, 2);
     // Frozen, not dead: its connections stay open, only its heartbeats stop.
     tms[1].signal("STOP");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !jm.log().contains("deployed the attempt attempt=1") {
-        assert!(Instant::now() < deadline, "no redeployment:\n{}", jm.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(&jm, "no redeployment", |log| {
+        log.contains("deployed the attempt attempt=1")
+    });
     let log = jm.log();
     assert!(log.contains("no heartbeat for"), "{log}");
     tms[1].signal("CONT");

@@ -1,5 +1,6 @@
 //! A frozen, immutable view of one keyed state table, taken by the synchronous snapshot phase.
 
+use crate::encode_buffer::EncodeBuffer;
 use crate::error::StateError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -76,7 +77,7 @@ pub trait FrozenTable: Send {
     fn last_modified_epoch(&self, key_group: u32) -> Option<u64>;
     /// Appends the serialised entries of `key_group` to `out`. Errors if a value fails to
     /// serialise or the key group lies outside [`FrozenTable::key_groups`].
-    fn encode_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError>;
+    fn encode_key_group(&self, key_group: u32, out: &mut EncodeBuffer) -> Result<(), StateError>;
     /// Appends the changes of `key_group` since the view with epoch `since_epoch` to `out`: the
     /// keys removed since (and not present now), then the entries written since, each as
     /// `count` followed by the keys or `key, entry` pairs. Restoring applies the removals, then
@@ -87,7 +88,7 @@ pub trait FrozenTable: Send {
         &self,
         key_group: u32,
         since_epoch: u64,
-        out: &mut Vec<u8>,
+        out: &mut EncodeBuffer,
     ) -> Result<(), StateError>;
     /// The number of keys in the view.
     fn num_entries(&self) -> usize;

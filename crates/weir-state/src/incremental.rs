@@ -331,11 +331,80 @@ fn is_prefix(short: &Chain, long: &Chain) -> bool {
 /// group so that not every key group starts a new chain in the same checkpoint.
 pub const MAX_CHAIN_LEN: usize = 48;
 
+/// How many times its full contents a key group's deltas may add up to before it is written
+/// in full again, plus up to 7/8 more staggered by key group (key groups of a table change
+/// alike, and without the stagger all of them are rewritten in the same checkpoint).
+///
+/// Every rewrite encodes the whole key group again, so a larger ratio writes less: with deltas
+/// of `d` bytes per checkpoint a checkpoint writes `d × (1 + 1 / ratio)` on average (2d at a
+/// ratio of 1). It also bounds what a restore reads and the space a chain keeps: at most about
+/// `1 + ratio + 1` times the key group's contents when it was last written in full.
+pub const MAX_DELTA_RATIO: u64 = 2;
+
 /// Whether a changed key group should start a new chain rather than append a delta: its chain
-/// reached its length limit, or its deltas outweigh its full contents.
+/// reached its length limit, or its deltas outgrew [`MAX_DELTA_RATIO`] times its full contents.
 fn chain_is_long(chain: &Chain, key_group: u32) -> bool {
     let limit = MAX_CHAIN_LEN + (key_group % 16) as usize;
     let full = chain.first().map_or(0, |b| b.len);
     let deltas: u64 = chain.iter().skip(1).map(|b| b.len).sum();
-    chain.len() >= limit || deltas > full
+    let ratio_in_eighths = MAX_DELTA_RATIO * 8 + u64::from(key_group % 8);
+    chain.len() >= limit || deltas.saturating_mul(8) > full.saturating_mul(ratio_in_eighths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(lens: &[u64]) -> Chain {
+        let file = Arc::new(SharedStateFile {
+            path: "shared/1".into(),
+            size: lens.iter().sum(),
+            checksum: 0,
+        });
+        let mut offset = 0;
+        lens.iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                offset += len;
+                ChainBlob {
+                    file: file.clone(),
+                    offset: offset - len,
+                    len,
+                    delta: i > 0,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_chain_is_rewritten_once_its_deltas_outgrow_the_ratio_staggered_by_key_group() {
+        // Key group 0: exactly twice the full contents is still fine, a byte more is not.
+        assert!(!chain_is_long(&chain(&[1_000, 1_000, 1_000]), 0));
+        assert!(chain_is_long(&chain(&[1_000, 1_000, 1_001]), 0));
+        // Key group 7 allows 7/8 more.
+        assert!(!chain_is_long(&chain(&[1_000, 1_000, 1_875]), 7));
+        assert!(chain_is_long(&chain(&[1_000, 1_000, 1_876]), 7));
+        // The same chain is rewritten in different checkpoints in different key groups.
+        let growing: Vec<u64> = std::iter::once(8_000).chain([1_000; 30]).collect();
+        let rewritten_after = |key_group| {
+            (2..growing.len())
+                .find(|&n| chain_is_long(&chain(&growing[..n]), key_group))
+                .unwrap()
+        };
+        let firsts: std::collections::BTreeSet<usize> = (0..8).map(rewritten_after).collect();
+        assert_eq!(firsts.len(), 8, "{firsts:?}");
+    }
+
+    #[test]
+    fn a_chain_is_rewritten_at_its_length_limit_however_small_its_deltas() {
+        let tiny = |n: usize| {
+            let mut lens = vec![1_000_000];
+            lens.extend(std::iter::repeat_n(1, n - 1));
+            chain(&lens)
+        };
+        assert!(!chain_is_long(&tiny(MAX_CHAIN_LEN - 1), 0));
+        assert!(chain_is_long(&tiny(MAX_CHAIN_LEN), 0));
+        assert!(!chain_is_long(&tiny(MAX_CHAIN_LEN), 15));
+        assert!(chain_is_long(&tiny(MAX_CHAIN_LEN + 15), 15));
+    }
 }

@@ -21,6 +21,7 @@
 //!                            (path, size, CRC-32C), and per table its name, kind and chains
 //! ```
 
+use crate::encode_buffer::EncodeBuffer;
 use crate::error::StateError;
 use crate::frozen_table::{FrozenTable, TableKind};
 use crate::incremental::{Chain, ChainBlob, GroupPlan, KeyedSnapshotPlan, SharedStateFile};
@@ -31,9 +32,9 @@ use std::sync::Arc;
 use weir_core::KeyGroupRange;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-/// Data files are encoded in chunks of about this many bytes: small enough for the allocator to
-/// reuse their memory from one checkpoint to the next (multi-megabyte buffers were mapped fresh,
-/// and their pages faulted in, every time).
+/// Data files are encoded in chunks of about this many bytes (see [`EncodeBuffer`]): small
+/// enough for the allocator to reuse their memory from one checkpoint to the next
+/// (multi-megabyte buffers were mapped fresh, and their pages faulted in, every time).
 const CHUNK_BYTES: usize = 256 << 10;
 
 /// The first eight bytes of a shared data file of keyed state.
@@ -100,12 +101,10 @@ pub fn encode_incremental(
         )));
     }
     let max_parallelism = tables.first().map_or(0, |t| t.max_parallelism());
-    let mut chunks: Vec<Vec<u8>> = Vec::new();
-    // Offset of `data`'s first byte in the file.
-    let mut base = 0u64;
-    let mut data = Vec::with_capacity(64 * 1024);
-    data.extend_from_slice(&DATA_FILE_MAGIC);
-    data.extend_from_slice(&INCREMENTAL_FORMAT_VERSION.to_le_bytes());
+    let mut data = EncodeBuffer::chunked(CHUNK_BYTES);
+    data.bytes().extend_from_slice(&DATA_FILE_MAGIC);
+    data.bytes()
+        .extend_from_slice(&INCREMENTAL_FORMAT_VERSION.to_le_bytes());
     let mut written = Vec::with_capacity(tables.len());
     let mut any = false;
     for (table, table_plan) in tables.iter().zip(&plan.tables) {
@@ -134,21 +133,12 @@ pub fn encode_incremental(
                 }
             };
             any = true;
-            blobs.push(Some((
-                base + start as u64,
-                (data.len() - start) as u64,
-                delta,
-            )));
-            if data.len() >= CHUNK_BYTES {
-                base += data.len() as u64;
-                let next = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 4);
-                chunks.push(std::mem::replace(&mut data, next));
-            }
+            blobs.push(Some((start, data.len() - start, delta)));
         }
         written.push(blobs);
     }
     let data = any.then(|| {
-        chunks.push(data);
+        let mut chunks = data.into_chunks();
         let mut hasher = Xxh3::new();
         for chunk in &chunks {
             hasher.update(chunk);

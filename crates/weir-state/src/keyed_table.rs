@@ -17,6 +17,7 @@
 //! `groups[i]` (its map and its pending changes) holds exactly the keys whose key group is
 //! `range.start + i`.
 
+use crate::encode_buffer::EncodeBuffer;
 use crate::entry_codec::{append, take, take_len, EntryCodec};
 use crate::error::StateError;
 use crate::frozen_table::{FrozenTable, TableKind};
@@ -872,13 +873,12 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
         self.slot(key_group).map(|i| self.last_modified[i])
     }
 
-    fn encode_key_group(&self, key_group: u32, out: &mut Vec<u8>) -> Result<(), StateError> {
+    fn encode_key_group(&self, key_group: u32, out: &mut EncodeBuffer) -> Result<(), StateError> {
         let error = |reason: String| self.encode_error(key_group, reason);
         let map = &self.group(key_group)?.entries;
-        append(&(map.len() as u64), out).map_err(|e| error(e.to_string()))?;
+        append(&(map.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
         for (key, (entry, _)) in map.iter() {
-            append(key, out).map_err(|e| error(format!("key: {e}")))?;
-            C::encode(entry, out).map_err(|e| error(format!("value: {e}")))?;
+            encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
         }
         Ok(())
     }
@@ -887,7 +887,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
         &self,
         key_group: u32,
         since_epoch: u64,
-        out: &mut Vec<u8>,
+        out: &mut EncodeBuffer,
     ) -> Result<(), StateError> {
         let error = |reason: String| self.encode_error(key_group, reason);
         let group = self.group(key_group)?;
@@ -904,9 +904,10 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
             .filter(|(k, e)| *e > since_epoch && !group.entries.contains_key(k))
             .map(|(k, _)| k)
             .collect();
-        append(&(removed.len() as u64), out).map_err(|e| error(e.to_string()))?;
+        append(&(removed.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
         for key in removed {
-            append(key, out).map_err(|e| error(format!("key: {e}")))?;
+            append(key, out.bytes()).map_err(|e| error(format!("key: {e}")))?;
+            out.entry_end();
         }
         let changed: Vec<(&K, &E)> = group
             .entries
@@ -914,10 +915,9 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
             .filter(|(_, (_, e))| *e > since_epoch)
             .map(|(k, (entry, _))| (k, entry))
             .collect();
-        append(&(changed.len() as u64), out).map_err(|e| error(e.to_string()))?;
+        append(&(changed.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
         for (key, entry) in changed {
-            append(key, out).map_err(|e| error(format!("key: {e}")))?;
-            C::encode(entry, out).map_err(|e| error(format!("value: {e}")))?;
+            encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
         }
         Ok(())
     }
@@ -925,6 +925,19 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
     fn num_entries(&self) -> usize {
         self.groups.iter().map(|g| g.entries.len()).sum()
     }
+}
+
+/// Appends one `key, entry` to `out`, which may start a new chunk after it.
+#[inline]
+fn encode_entry<K: Key, E, C: EntryCodec<Entry = E>>(
+    key: &K,
+    entry: &E,
+    out: &mut EncodeBuffer,
+) -> Result<(), String> {
+    append(key, out.bytes()).map_err(|e| format!("key: {e}"))?;
+    C::encode(entry, out.bytes()).map_err(|e| format!("value: {e}"))?;
+    out.entry_end();
+    Ok(())
 }
 
 impl<K, E, C> FrozenKeyGroups<K, E, C> {

@@ -63,6 +63,7 @@
 //! # Ok::<(), StateError>(())
 //! ```
 
+mod encode_buffer;
 mod entry_codec;
 mod error;
 mod frozen_table;
@@ -79,6 +80,7 @@ mod snapshot_reader;
 mod state_set;
 mod value_state;
 
+pub use encode_buffer::EncodeBuffer;
 pub use entry_codec::append as append_postcard;
 pub use error::StateError;
 pub use frozen_table::{FrozenTable, TableKind};

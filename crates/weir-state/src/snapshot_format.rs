@@ -18,6 +18,7 @@
 //! The checksum makes corruption an error rather than wrong state; the storage layer's own file
 //! checksum guards the bytes at rest, this one guards the format's internal offsets.
 
+use crate::encode_buffer::EncodeBuffer;
 use crate::error::StateError;
 use crate::frozen_table::{FrozenTable, TableKind};
 use serde::{Deserialize, Serialize};
@@ -98,15 +99,16 @@ pub fn encode_keyed_snapshot(
         key_groups: range,
         tables: Vec::with_capacity(tables.len()),
     };
+    let mut body = EncodeBuffer::contiguous(out);
     for table in tables {
         let mut blobs = Vec::with_capacity(range.len() as usize);
         for key_group in range.iter() {
-            let start = out.len();
-            table.encode_key_group(key_group, &mut out)?;
+            let start = body.len();
+            table.encode_key_group(key_group, &mut body)?;
             blobs.push(BlobEntry {
                 key_group,
-                offset: (start - BODY_OFFSET) as u64,
-                len: (out.len() - start) as u64,
+                offset: start - BODY_OFFSET as u64,
+                len: body.len() - start,
             });
         }
         directory.tables.push(TableEntry {
@@ -116,6 +118,7 @@ pub fn encode_keyed_snapshot(
         });
     }
 
+    let mut out = body.into_bytes();
     let directory_start = out.len();
     crate::entry_codec::append(&directory, &mut out)
         .map_err(|e| StateError::Encode(format!("snapshot directory: {e}")))?;

@@ -291,7 +291,7 @@ mod tests {
         );
 
         // The snapshot still holds the state as it was frozen.
-        let mut bytes = Vec::new();
+        let mut bytes = crate::EncodeBuffer::chunked(4096);
         for g in 0..MP {
             frozen.encode_key_group(g, &mut bytes).unwrap();
         }
@@ -364,9 +364,9 @@ mod tests {
         let frozen = s.table.freeze();
         let mut removed = 0;
         for g in 0..MP {
-            let mut bytes = Vec::new();
+            let mut bytes = crate::EncodeBuffer::contiguous(Vec::new());
             frozen.encode_key_group_delta(g, 0, &mut bytes).unwrap();
-            let (count, _): (u64, _) = postcard::take_from_bytes(&bytes).unwrap();
+            let (count, _): (u64, _) = postcard::take_from_bytes(&bytes.into_bytes()).unwrap();
             removed += count;
         }
         assert!(removed >= 3, "the delta removes every key ({removed})");

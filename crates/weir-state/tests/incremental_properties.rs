@@ -288,3 +288,58 @@ fn one_changed_key_in_many_writes_a_delta_much_smaller_than_the_full_snapshot() 
     }
     assert!(sizes[1] * 100 < sizes[0], "{sizes:?}");
 }
+
+#[test]
+fn key_groups_larger_than_an_encoding_chunk_restore_from_full_blobs_and_deltas() {
+    // Two key groups of ~100,000 entries each: every blob spans many of the data file's chunks.
+    let mp = 2;
+    let range = KeyGroupRange::new(0, mp);
+    let mut s = ValueState::<u64, String>::new("names");
+    s.init(mp, range);
+    let mut expected = std::collections::BTreeMap::new();
+    let mut set = |s: &mut ValueState<u64, String>, k: u64, v: String| {
+        s.set(&CurrentKey::new(&k, mp), v.clone());
+        expected.insert(k, v);
+    };
+    for k in 0..200_000u64 {
+        set(&mut s, k, format!("name {k}"));
+    }
+    let base = IncrementalBase::new();
+    let mut files = HashMap::new();
+    let mut manifest = Vec::new();
+    for id in 1..=2u64 {
+        let mut frozen = Vec::new();
+        s.snapshot(&mut frozen);
+        let plan = base.plan(id, &frozen);
+        let encoding = encode_incremental(&frozen, range, &plan).unwrap();
+        let chunks = encoding.data.clone().unwrap();
+        assert!(chunks.len() > 4, "{} chunks", chunks.len());
+        let data = chunks.concat();
+        let file = Arc::new(SharedStateFile {
+            path: format!("shared/{id}"),
+            size: data.len() as u64,
+            checksum: crc32c_of(&data),
+        });
+        files.insert(file.path.clone(), data);
+        let (chains, m) = encoding.finish(&plan, Some(file)).unwrap();
+        base.record_written(&plan, chains);
+        base.complete(id);
+        manifest = m;
+        if id == 1 {
+            // Half of the keys change before the second checkpoint, written as deltas.
+            for k in (0..200_000u64).step_by(2) {
+                set(&mut s, k, format!("renamed {k}"));
+            }
+        }
+    }
+    let m = KeyedManifest::decode(&manifest).unwrap();
+    assert_eq!(m.longest_chain(), 2, "the second checkpoint wrote deltas");
+    let reader = m.reader(range, files).unwrap();
+    let mut restored = ValueState::<u64, String>::new("names");
+    restored.init(mp, range);
+    restored.restore(&reader).unwrap();
+    let got: std::collections::BTreeMap<u64, String> =
+        restored.iter().map(|(k, v)| (*k, v.clone())).collect();
+    assert_eq!(got.len(), 200_000);
+    assert_eq!(got, expected);
+}

@@ -140,8 +140,9 @@ impl ObjectIo {
         }
         let key = self.key(relative);
         let payload: PutPayload = chunks.into_iter().map(bytes::Bytes::from).collect();
-        self.run(relative, || self.store.put(&key, payload.clone()))
-            .map(|_| ())
+        self.run(relative, || self.store.put(&key, payload.clone()))?;
+        weir_state::EncodeBuffer::recycle(reclaim(payload));
+        Ok(())
     }
 
     /// Reads an object whole; a large local file around the page cache (see
@@ -250,4 +251,44 @@ fn is_transient(e: &object_store::Error) -> bool {
             | object_store::Error::Unauthenticated { .. }
             | object_store::Error::UnknownConfigurationKey { .. }
     )
+}
+
+/// The buffers of a payload the store let go of, without copying them: encoding the next
+/// checkpoint reuses their memory (see [`weir_state::EncodeBuffer::recycle`]). A part the
+/// store still holds is left alone.
+fn reclaim(payload: PutPayload) -> impl Iterator<Item = Vec<u8>> {
+    // The parts are unique once the payload (which the iterator holds) is gone.
+    let parts: Vec<bytes::Bytes> = payload.into_iter().collect();
+    parts
+        .into_iter()
+        .filter_map(|part| part.try_into_mut().ok().map(Vec::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_payload_gives_its_buffers_back_without_copying_them() {
+        let mut chunks = vec![Vec::with_capacity(4096), b"exact".to_vec()];
+        chunks[0].extend_from_slice(b"some bytes");
+        let addresses: Vec<*const u8> = chunks.iter().map(|c| c.as_ptr()).collect();
+        let payload: PutPayload = chunks.into_iter().map(bytes::Bytes::from).collect();
+        let back: Vec<Vec<u8>> = reclaim(payload).collect();
+        assert_eq!(back, [b"some bytes".to_vec(), b"exact".to_vec()]);
+        let again: Vec<*const u8> = back.iter().map(|c| c.as_ptr()).collect();
+        assert_eq!(again, addresses);
+        assert!(back[0].capacity() >= 4096);
+    }
+
+    #[test]
+    fn a_part_still_held_elsewhere_is_not_reclaimed() {
+        let held = bytes::Bytes::from(b"shared".to_vec());
+        let payload: PutPayload = [held.clone(), bytes::Bytes::from(b"own".to_vec())]
+            .into_iter()
+            .collect();
+        let back: Vec<Vec<u8>> = reclaim(payload).collect();
+        assert_eq!(back, [b"own".to_vec()]);
+        assert_eq!(held, b"shared".as_slice());
+    }
 }

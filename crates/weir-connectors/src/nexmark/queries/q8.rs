@@ -5,6 +5,7 @@
 //! auctions become one count per seller and window (people are one row per id already), so the
 //! join buffers a row per seller and window instead of every auction a seller opens.
 
+use compact_str::CompactString;
 use weir_api::prelude::*;
 
 use super::WINDOW_MS;
@@ -22,11 +23,14 @@ pub struct NewSeller {
     pub window_start: i64,
 }
 
-/// What q8 needs of a person: its id, name and registration time.
+/// What q8 needs of a person: its id, name and registration time. The name is kept inline
+/// (up to 24 bytes, as every generated name is) instead of in an allocation of its own: the
+/// join buffers a person per window, and a checkpoint encodes them without chasing a pointer
+/// per person. It is encoded as a string, like `String`.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Registered {
     id: u64,
-    name: String,
+    name: CompactString,
     date_time: i64,
 }
 
@@ -52,7 +56,7 @@ pub fn q8(events: DataStream<Event>) -> DataStream<NewSeller> {
         .flat_map("q8-select", |e: Event| match e {
             Event::Person(p) => Some(Either::Left(Registered {
                 id: p.id,
-                name: p.name,
+                name: CompactString::from(p.name),
                 date_time: p.date_time,
             })),
             Event::Auction(a) => Some(Either::Right(Opened {
@@ -87,7 +91,7 @@ pub fn q8(events: DataStream<Event>) -> DataStream<NewSeller> {
                     for p in people {
                         out.push(NewSeller {
                             id: p.id,
-                            name: p.name.clone(),
+                            name: p.name.to_string(),
                             window_start: window.start,
                         });
                     }

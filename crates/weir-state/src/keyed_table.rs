@@ -46,8 +46,10 @@ pub(crate) struct Group<K, E> {
     // from front to back.
     removed: VecDeque<(K, u64)>,
     /// `removed` is compacted to one removal per key once it is longer than this and than
-    /// `MIN_COMPACTION + 2 × entries`: a key removed over and over between checkpoints does not
-    /// grow it without bound.
+    /// `MIN_COMPACTION + 2 × capacity of entries`: a key removed over and over between
+    /// checkpoints does not grow it without bound. The capacity, not the number of entries: it
+    /// stays at the most keys the group held, so removing all of many keys at once (as a window
+    /// closing does) never compacts, which would find no key twice.
     compact_above: usize,
 }
 
@@ -105,7 +107,7 @@ impl<K: Key, E> Group<K, E> {
         if self.removed.len()
             > self
                 .compact_above
-                .max(MIN_COMPACTION + 2 * self.entries.len())
+                .max(MIN_COMPACTION + 2 * self.entries.capacity())
         {
             self.compact_removals();
         }
@@ -624,6 +626,12 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     #[cfg(test)]
     pub(crate) fn tombstones_len(&self) -> usize {
         self.groups.iter().map(|s| s.base.removed.len()).sum()
+    }
+
+    /// Whether the removals of any key group were ever compacted.
+    #[cfg(test)]
+    pub(crate) fn removals_compacted(&self) -> bool {
+        self.groups.iter().any(|s| s.base.compact_above > 0)
     }
 
     /// The number of key groups whose map a snapshot still shares.

@@ -373,6 +373,27 @@ mod tests {
     }
 
     #[test]
+    fn removing_every_key_at_once_remembers_each_removal_without_compacting() {
+        // As a window closing does: many keys of one key group, all removed between two
+        // snapshots.
+        let mut s: ValueState<u64, u64> = ValueState::new("panes");
+        s.init(1, KeyGroupRange::new(0, 1));
+        s.table.freeze();
+        for k in 0..200_000u64 {
+            s.set(&CurrentKey::new(&k, 1), k);
+        }
+        s.table.freeze();
+        for k in 0..200_000u64 {
+            s.clear(&CurrentKey::new(&k, 1));
+        }
+        assert_eq!(s.table.tombstones_len(), 200_000);
+        assert!(
+            !s.table.removals_compacted(),
+            "no key was removed twice: nothing to compact"
+        );
+    }
+
+    #[test]
     fn removals_up_to_the_confirmed_snapshot_are_left_out_of_the_next_copy() {
         let mut s: ValueState<u64, u64> = ValueState::new("windows");
         s.init(MP, KeyGroupRange::new(0, MP));

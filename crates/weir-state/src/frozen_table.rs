@@ -79,9 +79,10 @@ pub trait FrozenTable: Send {
     /// serialise or the key group lies outside [`FrozenTable::key_groups`].
     fn encode_key_group(&self, key_group: u32, out: &mut EncodeBuffer) -> Result<(), StateError>;
     /// Appends the changes of `key_group` since the view with epoch `since_epoch` to `out`: the
-    /// keys removed since (and not present now), then the entries written since, each as
-    /// `count` followed by the keys or `key, entry` pairs. Restoring applies the removals, then
-    /// the entries, on top of the key group as of `since_epoch`. Errors if `since_epoch` is
+    /// keys removed since, then the entries written since, each as `count` followed by the keys
+    /// or `key, entry` pairs. Restoring applies the removals, then the entries, on top of the
+    /// key group as of `since_epoch`, so a key removed and written again since may be among
+    /// both, and a key removed more than once may be removed more than once. Errors if `since_epoch` is
     /// [`TOMBSTONE_EPOCHS`](crate::TOMBSTONE_EPOCHS) or more epochs older than this view, whose
     /// removals are no longer all known.
     fn encode_key_group_delta(

@@ -904,19 +904,19 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
                 "a delta since epoch {since_epoch} needs removals older than the {TOMBSTONE_EPOCHS} epochs kept"
             )));
         }
-        // Each is picked in one pass over the group (it may be large and mostly unchanged),
-        // then counted and encoded.
-        let removed: Vec<&K> = group
-            .removed
-            .iter()
-            .filter(|(k, e)| *e > since_epoch && !group.entries.contains_key(k))
-            .map(|(k, _)| k)
-            .collect();
+        // Removals are in the order of their epochs: the ones since `since_epoch` are a suffix,
+        // found without a look at the others or at the map. A key removed and written again
+        // since is among both the removals and the entries (it may be removed more than once
+        // too): a restore applies removals first, so it ends as written.
+        let first = group.removed.partition_point(|(_, e)| *e <= since_epoch);
+        let removed = group.removed.range(first..);
         append(&(removed.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
-        for key in removed {
+        for (key, _) in removed {
             append(key, out.bytes()).map_err(|e| error(format!("key: {e}")))?;
             out.entry_end();
         }
+        // Picked in one pass over the group (it may be large and mostly unchanged), then
+        // counted and encoded.
         let changed: Vec<(&K, &E)> = group
             .entries
             .iter()

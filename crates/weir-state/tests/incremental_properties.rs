@@ -343,3 +343,51 @@ fn key_groups_larger_than_an_encoding_chunk_restore_from_full_blobs_and_deltas()
     assert_eq!(got.len(), 200_000);
     assert_eq!(got, expected);
 }
+
+#[test]
+fn a_key_removed_and_written_again_since_the_base_restores_as_written() {
+    let mp = 4;
+    let range = KeyGroupRange::new(0, mp);
+    let mut s = ValueState::<u64, u64>::new("v");
+    s.init(mp, range);
+    for k in 0..100u64 {
+        s.set(&CurrentKey::new(&k, mp), k);
+    }
+    let base = IncrementalBase::new();
+    let mut files = HashMap::new();
+    let mut manifest = Vec::new();
+    for id in 1..=2u64 {
+        let mut frozen = Vec::new();
+        s.snapshot(&mut frozen);
+        let plan = base.plan(id, &frozen);
+        let encoding = encode_incremental(&frozen, range, &plan).unwrap();
+        let data = encoding.data.clone().unwrap().concat();
+        let file = Arc::new(SharedStateFile {
+            path: format!("shared/{id}"),
+            size: data.len() as u64,
+            checksum: crc32c_of(&data),
+        });
+        files.insert(file.path.clone(), data);
+        let (chains, m) = encoding.finish(&plan, Some(file)).unwrap();
+        base.record_written(&plan, chains);
+        base.complete(id);
+        manifest = m;
+        if id == 1 {
+            // Removed, written again, removed again and written again; and one only removed.
+            let (seven, eight) = (CurrentKey::new(&7, mp), CurrentKey::new(&8, mp));
+            for round in 0..2 {
+                s.clear(&seven);
+                s.set(&seven, 700 + round);
+            }
+            s.clear(&eight);
+        }
+    }
+    let m = KeyedManifest::decode(&manifest).unwrap();
+    assert_eq!(m.longest_chain(), 2, "the second checkpoint wrote deltas");
+    let mut restored = ValueState::<u64, u64>::new("v");
+    restored.init(mp, range);
+    restored.restore(&m.reader(range, files).unwrap()).unwrap();
+    assert_eq!(restored.get(&CurrentKey::new(&7, mp)), Some(&701));
+    assert_eq!(restored.get(&CurrentKey::new(&8, mp)), None);
+    assert_eq!(restored.len(), 99);
+}

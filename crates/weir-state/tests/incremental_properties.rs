@@ -258,44 +258,87 @@ proptest! {
     }
 }
 
+/// A checkpoint taken, written and completed in one go, outside the property test.
+struct Completed {
+    manifest: Vec<u8>,
+    /// The data file's chunks as encoded, and its size.
+    chunks: usize,
+    bytes: usize,
+}
+
+/// Snapshots `s` as checkpoint `id`, "writes" its data file into `files`, and completes it.
+fn checkpoint<V: Value>(
+    s: &mut ValueState<u64, V>,
+    id: u64,
+    base: &IncrementalBase,
+    files: &mut HashMap<String, Vec<u8>>,
+) -> Completed {
+    let mut frozen = Vec::new();
+    s.snapshot(&mut frozen);
+    let range = frozen[0].key_groups();
+    let plan = base.plan(id, &frozen);
+    let encoding = encode_incremental(&frozen, range, &plan).unwrap();
+    let chunks = encoding.data.clone().unwrap();
+    let data = chunks.concat();
+    let file = Arc::new(SharedStateFile {
+        path: format!("shared/{id}"),
+        size: data.len() as u64,
+        checksum: crc32c_of(&data),
+    });
+    let bytes = data.len();
+    files.insert(file.path.clone(), data);
+    let (chains, manifest) = encoding.finish(&plan, Some(file)).unwrap();
+    base.record_written(&plan, chains);
+    base.complete(id);
+    Completed {
+        manifest,
+        chunks: chunks.len(),
+        bytes,
+    }
+}
+
+/// Restores a fresh table named `name` from a completed checkpoint's manifest.
+fn restored<V: Value>(
+    name: &str,
+    completed: &Completed,
+    files: HashMap<String, Vec<u8>>,
+) -> ValueState<u64, V> {
+    let m = KeyedManifest::decode(&completed.manifest).unwrap();
+    assert_eq!(m.longest_chain(), 2, "the checkpoint wrote deltas");
+    let mut table = ValueState::new(name);
+    table.init(m.max_parallelism(), m.key_groups());
+    table
+        .restore(&m.reader(m.key_groups(), files).unwrap())
+        .unwrap();
+    table
+}
+
 #[test]
 fn one_changed_key_in_many_writes_a_delta_much_smaller_than_the_full_snapshot() {
     let mp = 16;
-    let range = KeyGroupRange::new(0, mp);
     let mut s = ValueState::<u64, u64>::new("v");
-    s.init(mp, range);
+    s.init(mp, KeyGroupRange::new(0, mp));
     for k in 0..10_000u64 {
         s.set(&CurrentKey::new(&k, mp), k);
     }
-    let base = IncrementalBase::new();
-    let mut sizes = Vec::new();
-    for id in 1..=2u64 {
-        let mut frozen = Vec::new();
-        s.snapshot(&mut frozen);
-        let plan = base.plan(id, &frozen);
-        let encoding = encode_incremental(&frozen, range, &plan).unwrap();
-        let data = encoding.data.clone().unwrap().concat();
-        sizes.push(data.len());
-        let file = Arc::new(SharedStateFile {
-            path: format!("shared/{id}"),
-            size: data.len() as u64,
-            checksum: 0,
-        });
-        let (chains, _) = encoding.finish(&plan, Some(file)).unwrap();
-        base.record_written(&plan, chains);
-        base.complete(id);
-        s.set(&CurrentKey::new(&7, mp), 0);
-    }
-    assert!(sizes[1] * 100 < sizes[0], "{sizes:?}");
+    let (base, mut files) = (IncrementalBase::new(), HashMap::new());
+    let full = checkpoint(&mut s, 1, &base, &mut files);
+    s.set(&CurrentKey::new(&7, mp), 0);
+    let delta = checkpoint(&mut s, 2, &base, &mut files);
+    assert!(
+        delta.bytes * 100 < full.bytes,
+        "{} vs {}",
+        delta.bytes,
+        full.bytes
+    );
 }
 
 #[test]
 fn key_groups_larger_than_an_encoding_chunk_restore_from_full_blobs_and_deltas() {
     // Two key groups of ~100,000 entries each: every blob spans many of the data file's chunks.
     let mp = 2;
-    let range = KeyGroupRange::new(0, mp);
     let mut s = ValueState::<u64, String>::new("names");
-    s.init(mp, range);
+    s.init(mp, KeyGroupRange::new(0, mp));
     let mut expected = std::collections::BTreeMap::new();
     let mut set = |s: &mut ValueState<u64, String>, k: u64, v: String| {
         s.set(&CurrentKey::new(&k, mp), v.clone());
@@ -304,40 +347,20 @@ fn key_groups_larger_than_an_encoding_chunk_restore_from_full_blobs_and_deltas()
     for k in 0..200_000u64 {
         set(&mut s, k, format!("name {k}"));
     }
-    let base = IncrementalBase::new();
-    let mut files = HashMap::new();
-    let mut manifest = Vec::new();
-    for id in 1..=2u64 {
-        let mut frozen = Vec::new();
-        s.snapshot(&mut frozen);
-        let plan = base.plan(id, &frozen);
-        let encoding = encode_incremental(&frozen, range, &plan).unwrap();
-        let chunks = encoding.data.clone().unwrap();
-        assert!(chunks.len() > 4, "{} chunks", chunks.len());
-        let data = chunks.concat();
-        let file = Arc::new(SharedStateFile {
-            path: format!("shared/{id}"),
-            size: data.len() as u64,
-            checksum: crc32c_of(&data),
-        });
-        files.insert(file.path.clone(), data);
-        let (chains, m) = encoding.finish(&plan, Some(file)).unwrap();
-        base.record_written(&plan, chains);
-        base.complete(id);
-        manifest = m;
-        if id == 1 {
-            // Half of the keys change before the second checkpoint, written as deltas.
-            for k in (0..200_000u64).step_by(2) {
-                set(&mut s, k, format!("renamed {k}"));
-            }
-        }
+    let (base, mut files) = (IncrementalBase::new(), HashMap::new());
+    let full = checkpoint(&mut s, 1, &base, &mut files);
+    // Half of the keys change before the second checkpoint, written as deltas.
+    for k in (0..200_000u64).step_by(2) {
+        set(&mut s, k, format!("renamed {k}"));
     }
-    let m = KeyedManifest::decode(&manifest).unwrap();
-    assert_eq!(m.longest_chain(), 2, "the second checkpoint wrote deltas");
-    let reader = m.reader(range, files).unwrap();
-    let mut restored = ValueState::<u64, String>::new("names");
-    restored.init(mp, range);
-    restored.restore(&reader).unwrap();
+    let delta = checkpoint(&mut s, 2, &base, &mut files);
+    assert!(
+        full.chunks > 4 && delta.chunks > 4,
+        "{} and {} chunks",
+        full.chunks,
+        delta.chunks
+    );
+    let restored = restored::<String>("names", &delta, files);
     let got: std::collections::BTreeMap<u64, String> =
         restored.iter().map(|(k, v)| (*k, v.clone())).collect();
     assert_eq!(got.len(), 200_000);
@@ -347,47 +370,23 @@ fn key_groups_larger_than_an_encoding_chunk_restore_from_full_blobs_and_deltas()
 #[test]
 fn a_key_removed_and_written_again_since_the_base_restores_as_written() {
     let mp = 4;
-    let range = KeyGroupRange::new(0, mp);
     let mut s = ValueState::<u64, u64>::new("v");
-    s.init(mp, range);
+    s.init(mp, KeyGroupRange::new(0, mp));
     for k in 0..100u64 {
         s.set(&CurrentKey::new(&k, mp), k);
     }
-    let base = IncrementalBase::new();
-    let mut files = HashMap::new();
-    let mut manifest = Vec::new();
-    for id in 1..=2u64 {
-        let mut frozen = Vec::new();
-        s.snapshot(&mut frozen);
-        let plan = base.plan(id, &frozen);
-        let encoding = encode_incremental(&frozen, range, &plan).unwrap();
-        let data = encoding.data.clone().unwrap().concat();
-        let file = Arc::new(SharedStateFile {
-            path: format!("shared/{id}"),
-            size: data.len() as u64,
-            checksum: crc32c_of(&data),
-        });
-        files.insert(file.path.clone(), data);
-        let (chains, m) = encoding.finish(&plan, Some(file)).unwrap();
-        base.record_written(&plan, chains);
-        base.complete(id);
-        manifest = m;
-        if id == 1 {
-            // Removed, written again, removed again and written again; and one only removed.
-            let (seven, eight) = (CurrentKey::new(&7, mp), CurrentKey::new(&8, mp));
-            for round in 0..2 {
-                s.clear(&seven);
-                s.set(&seven, 700 + round);
-            }
-            s.clear(&eight);
-        }
+    let (base, mut files) = (IncrementalBase::new(), HashMap::new());
+    checkpoint(&mut s, 1, &base, &mut files);
+    // Removed, written again, removed again and written again; and one only removed.
+    let (seven, eight) = (CurrentKey::new(&7, mp), CurrentKey::new(&8, mp));
+    for round in 0..2 {
+        s.clear(&seven);
+        s.set(&seven, 700 + round);
     }
-    let m = KeyedManifest::decode(&manifest).unwrap();
-    assert_eq!(m.longest_chain(), 2, "the second checkpoint wrote deltas");
-    let mut restored = ValueState::<u64, u64>::new("v");
-    restored.init(mp, range);
-    restored.restore(&m.reader(range, files).unwrap()).unwrap();
-    assert_eq!(restored.get(&CurrentKey::new(&7, mp)), Some(&701));
-    assert_eq!(restored.get(&CurrentKey::new(&8, mp)), None);
+    s.clear(&eight);
+    let delta = checkpoint(&mut s, 2, &base, &mut files);
+    let restored = restored::<u64>("v", &delta, files);
+    assert_eq!(restored.get(&seven), Some(&701));
+    assert_eq!(restored.get(&eight), None);
     assert_eq!(restored.len(), 99);
 }

@@ -6,9 +6,8 @@ use std::sync::Mutex;
 ///
 /// A *chunked* buffer starts a new chunk, between two entries, once the current one holds its
 /// chunk size: a key group of any size is encoded without reallocating (and copying) one ever
-/// larger buffer, and chunks of one size are memory the allocator reuses from one checkpoint to
-/// the next instead of mapping (and faulting in) fresh pages. Bytes are addressed by their
-/// offset over all chunks, so a blob may span chunks; written back to back they are one file.
+/// larger buffer. Bytes are addressed by their offset over all chunks, so a blob may span
+/// chunks; written back to back they are one file.
 ///
 /// Chunks come from a process-wide pool of spare ones when it has any: whoever wrote a
 /// buffer's chunks out gives them back with [`EncodeBuffer::recycle`] (the checkpoint storage

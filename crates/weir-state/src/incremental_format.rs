@@ -32,9 +32,8 @@ use std::sync::Arc;
 use weir_core::KeyGroupRange;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-/// Data files are encoded in chunks of about this many bytes (see [`EncodeBuffer`]): small
-/// enough for the allocator to reuse their memory from one checkpoint to the next
-/// (multi-megabyte buffers were mapped fresh, and their pages faulted in, every time).
+/// Data files are encoded in chunks of about this many bytes, reused from one checkpoint to the
+/// next (see [`EncodeBuffer`]).
 const CHUNK_BYTES: usize = 256 << 10;
 
 /// The first eight bytes of a shared data file of keyed state.

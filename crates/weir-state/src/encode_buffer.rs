@@ -61,7 +61,7 @@ impl EncodeBuffer {
     }
 
     /// Gives chunks whose bytes were written out back for later buffers to reuse. The pool
-    /// keeps at most [`MAX_SPARE_BYTES`] of them; the rest are freed.
+    /// keeps at most 64 MiB of them; the rest are freed.
     pub fn recycle(chunks: impl IntoIterator<Item = Vec<u8>>) {
         SPARE_CHUNKS.give(chunks);
     }
@@ -120,7 +120,7 @@ fn chunk_capacity(chunk_bytes: usize) -> usize {
 }
 
 /// The most memory the pool of spare chunks holds.
-pub const MAX_SPARE_BYTES: usize = 64 << 20;
+const MAX_SPARE_BYTES: usize = 64 << 20;
 
 /// Larger chunks (grown by a very large entry) are freed rather than kept.
 const MAX_RECYCLED_CHUNK: usize = 4 << 20;

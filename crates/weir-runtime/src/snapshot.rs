@@ -14,7 +14,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use weir_checkpoint::AckMetrics;
 use weir_core::{CheckpointId, HandleKind, KeyGroupRange, StateHandle, SubtaskId, SubtaskState};
-use weir_state::{encode_incremental, Chain, FrozenTable, KeyedSnapshotPlan, SharedStateFile};
+use weir_state::{
+    encode_incremental_releasing, Chain, FrozenTable, KeyedSnapshotPlan, SharedStateFile,
+};
 use weir_storage::{CheckpointLayout, CheckpointStorage};
 
 use crate::control::CoordinatorMessage;
@@ -203,14 +205,15 @@ fn discard_unacknowledged(storage: &CheckpointStorage, path: &str) {
 fn persist_incremental(
     storage: &CheckpointStorage,
     job: &SnapshotJob,
-    keyed: Vec<Box<dyn FrozenTable>>,
+    mut keyed: Vec<Box<dyn FrozenTable>>,
     plan: &KeyedSnapshotPlan,
 ) -> Result<(SubtaskState, Option<String>), (&'static str, String)> {
     let index = job.subtask.index;
     let kind = HandleKind::Keyed {
         key_groups: job.key_groups,
     };
-    let mut encoding = encode_incremental(&keyed, job.key_groups, plan)
+    // Each key group is let go of as soon as it is encoded.
+    let mut encoding = encode_incremental_releasing(&mut keyed, job.key_groups, plan)
         .map_err(|e| ("encoding keyed state", e.to_string()))?;
     drop(keyed);
     let mut written = Vec::new();

@@ -91,6 +91,11 @@ pub trait FrozenTable: Send {
         since_epoch: u64,
         out: &mut EncodeBuffer,
     ) -> Result<(), StateError>;
-    /// The number of keys in the view.
+    /// The number of keys in the view (of the key groups not released).
     fn num_entries(&self) -> usize;
+    /// Lets go of `key_group`'s contents once the snapshot no longer needs them (encoded, or
+    /// reused from an earlier checkpoint): while a view holds a key group, the task's writes
+    /// to it take the slower copy-on-write path. Encoding it afterwards is an error. The
+    /// default keeps everything until the view is dropped.
+    fn release_key_group(&mut self, _key_group: u32) {}
 }

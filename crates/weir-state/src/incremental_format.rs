@@ -87,8 +87,58 @@ pub struct IncrementalEncoding {
 ///
 /// Runs on the asynchronous snapshot worker. Then name and write the data file, and call
 /// [`IncrementalEncoding::finish`] with its [`SharedStateFile`] for the chains and the manifest.
+/// [`encode_incremental_releasing`] does the same and lets go of each key group as soon as it
+/// is done with it.
 pub fn encode_incremental(
     tables: &[Box<dyn FrozenTable>],
+    range: KeyGroupRange,
+    plan: &KeyedSnapshotPlan,
+) -> Result<IncrementalEncoding, StateError> {
+    let mut sources: Vec<Keep<'_>> = tables.iter().map(|t| Keep(&**t)).collect();
+    encode(&mut sources, range, plan)
+}
+
+/// [`encode_incremental`], releasing every key group of `tables` once encoded (or at once if
+/// the plan reuses it): the task's writes to a key group stop taking the copy-on-write path
+/// when its part of the snapshot is done, not when the whole snapshot is. `tables` cannot be
+/// encoded again.
+pub fn encode_incremental_releasing(
+    tables: &mut [Box<dyn FrozenTable>],
+    range: KeyGroupRange,
+    plan: &KeyedSnapshotPlan,
+) -> Result<IncrementalEncoding, StateError> {
+    let mut sources: Vec<Release<'_>> = tables.iter_mut().map(Release).collect();
+    encode(&mut sources, range, plan)
+}
+
+/// A frozen table to encode, and whether encoding lets go of its key groups.
+trait Source {
+    fn table(&self) -> &dyn FrozenTable;
+    fn release(&mut self, key_group: u32);
+}
+
+struct Keep<'a>(&'a dyn FrozenTable);
+
+impl Source for Keep<'_> {
+    fn table(&self) -> &dyn FrozenTable {
+        self.0
+    }
+    fn release(&mut self, _key_group: u32) {}
+}
+
+struct Release<'a>(&'a mut Box<dyn FrozenTable>);
+
+impl Source for Release<'_> {
+    fn table(&self) -> &dyn FrozenTable {
+        &**self.0
+    }
+    fn release(&mut self, key_group: u32) {
+        self.0.release_key_group(key_group);
+    }
+}
+
+fn encode<S: Source>(
+    tables: &mut [S],
     range: KeyGroupRange,
     plan: &KeyedSnapshotPlan,
 ) -> Result<IncrementalEncoding, StateError> {
@@ -99,40 +149,43 @@ pub fn encode_incremental(
             tables.len()
         )));
     }
-    let max_parallelism = tables.first().map_or(0, |t| t.max_parallelism());
+    let max_parallelism = tables.first().map_or(0, |t| t.table().max_parallelism());
+    let names = tables
+        .iter()
+        .map(|t| (t.table().name().to_string(), t.table().kind()))
+        .collect();
     let mut data = EncodeBuffer::chunked(CHUNK_BYTES);
     data.bytes().extend_from_slice(&DATA_FILE_MAGIC);
     data.bytes()
         .extend_from_slice(&INCREMENTAL_FORMAT_VERSION.to_le_bytes());
     let mut written = Vec::with_capacity(tables.len());
     let mut any = false;
-    for (table, table_plan) in tables.iter().zip(&plan.tables) {
-        if table.key_groups() != range || table_plan.groups.len() != range.len() as usize {
+    for (source, table_plan) in tables.iter_mut().zip(&plan.tables) {
+        let held = source.table().key_groups();
+        if held != range || table_plan.groups.len() != range.len() as usize {
             return Err(StateError::Encode(format!(
-                "state table '{}' holds key groups {}, the snapshot's range is {range}",
-                table.name(),
-                table.key_groups()
+                "state table '{}' holds key groups {held}, the snapshot's range is {range}",
+                source.table().name(),
             )));
         }
         let mut blobs = Vec::with_capacity(range.len() as usize);
         for (key_group, group_plan) in range.iter().zip(&table_plan.groups) {
             let start = data.len();
             let delta = match group_plan {
-                GroupPlan::Reuse(_) => {
-                    blobs.push(None);
-                    continue;
-                }
+                GroupPlan::Reuse(_) => None,
                 GroupPlan::Full => {
-                    table.encode_key_group(key_group, &mut data)?;
-                    false
+                    source.table().encode_key_group(key_group, &mut data)?;
+                    Some(false)
                 }
                 GroupPlan::Delta { since_epoch, .. } => {
+                    let table = source.table();
                     table.encode_key_group_delta(key_group, *since_epoch, &mut data)?;
-                    true
+                    Some(true)
                 }
             };
-            any = true;
-            blobs.push(Some((start, data.len() - start, delta)));
+            source.release(key_group);
+            any |= delta.is_some();
+            blobs.push(delta.map(|delta| (start, data.len() - start, delta)));
         }
         written.push(blobs);
     }
@@ -153,10 +206,7 @@ pub fn encode_incremental(
         written,
         max_parallelism,
         range,
-        tables: tables
-            .iter()
-            .map(|t| (t.name().to_string(), t.kind()))
-            .collect(),
+        tables: names,
     })
 }
 

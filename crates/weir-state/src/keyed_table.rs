@@ -663,7 +663,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             name: self.name.clone(),
             max_parallelism: self.max_parallelism,
             range: self.range,
-            groups: self.groups.iter().map(|s| s.base.clone()).collect(),
+            groups: self.groups.iter().map(|s| Some(s.base.clone())).collect(),
             last_modified: self.last_modified.clone(),
             epoch: self.epoch,
             codec: PhantomData,
@@ -826,7 +826,8 @@ pub(crate) struct FrozenKeyGroups<K, E, C> {
     name: Arc<str>,
     max_parallelism: u32,
     range: KeyGroupRange,
-    groups: Vec<Arc<Group<K, E>>>,
+    /// `None` once released ([`FrozenTable::release_key_group`]).
+    groups: Vec<Option<Arc<Group<K, E>>>>,
     last_modified: Vec<u64>,
     epoch: u64,
     codec: PhantomData<fn() -> C>,
@@ -846,7 +847,7 @@ impl<K, E, C> FrozenKeyGroups<K, E, C> {
                 .groups
                 .iter()
                 .zip(&live.groups)
-                .all(|(a, b)| Arc::ptr_eq(a, &b.base))
+                .all(|(a, b)| a.as_ref().is_some_and(|a| Arc::ptr_eq(a, &b.base)))
     }
 }
 
@@ -931,7 +932,13 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
     }
 
     fn num_entries(&self) -> usize {
-        self.groups.iter().map(|g| g.entries.len()).sum()
+        self.groups.iter().flatten().map(|g| g.entries.len()).sum()
+    }
+
+    fn release_key_group(&mut self, key_group: u32) {
+        if let Some(i) = self.slot(key_group) {
+            self.groups[i] = None;
+        }
     }
 }
 
@@ -963,6 +970,8 @@ impl<K, E, C> FrozenKeyGroups<K, E, C> {
                 format!("outside the table's key groups {}", self.range),
             )
         })?;
-        Ok(&self.groups[i])
+        self.groups[i].as_deref().ok_or_else(|| {
+            self.encode_error(key_group, "already released by this snapshot".to_string())
+        })
     }
 }

@@ -87,7 +87,10 @@ pub use frozen_table::{FrozenTable, TableKind};
 pub use incremental::{
     Chain, ChainBlob, GroupPlan, IncrementalBase, KeyedSnapshotPlan, SharedStateFile, TablePlan,
 };
-pub use incremental_format::{encode_incremental, is_manifest, IncrementalEncoding, KeyedManifest};
+pub use incremental_format::{
+    encode_incremental, encode_incremental_releasing, is_manifest, IncrementalEncoding,
+    KeyedManifest,
+};
 pub use key::{CurrentKey, Key, Value};
 pub use key_group::{
     combine_stable_hashes, key_group_for_hash, key_group_of, subtask_for_key_group, KeyGroupRange,

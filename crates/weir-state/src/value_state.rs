@@ -373,6 +373,43 @@ mod tests {
     }
 
     #[test]
+    fn an_incremental_snapshot_lets_go_of_each_key_group_once_encoded() {
+        fn key(k: &u64) -> CurrentKey<'_, u64> {
+            CurrentKey::new(k, MP)
+        }
+        let range = KeyGroupRange::new(0, MP);
+        let mut s: ValueState<u64, u64> = ValueState::new("counts");
+        s.init(MP, range);
+        for k in 0..1_000u64 {
+            s.set(&key(&k), k);
+        }
+        let base = crate::IncrementalBase::new();
+        let mut frozen = Vec::new();
+        s.snapshot(&mut frozen);
+        let plan = base.plan(1, &frozen);
+        assert_eq!(s.table.groups_shared_count(), MP as usize);
+
+        let encoding = crate::encode_incremental_releasing(&mut frozen, range, &plan).unwrap();
+        assert!(encoding.data.is_some());
+        // The view still exists, but shares nothing: writes go straight into the maps.
+        assert_eq!(s.table.groups_shared_count(), 0);
+        s.set(&key(&0), 7);
+        assert_eq!(s.table.pending_changes(), 0);
+        assert_eq!(frozen[0].num_entries(), 0);
+        let mut out = crate::EncodeBuffer::contiguous(Vec::new());
+        let again = frozen[0].encode_key_group(0, &mut out).unwrap_err();
+        assert!(again.to_string().contains("already released"), "{again}");
+
+        // Encoding without releasing leaves the view whole.
+        let mut frozen = Vec::new();
+        s.snapshot(&mut frozen);
+        let plan = base.plan(2, &frozen);
+        crate::encode_incremental(&frozen, range, &plan).unwrap();
+        assert_eq!(s.table.groups_shared_count(), MP as usize);
+        assert_eq!(frozen[0].num_entries(), 1_000);
+    }
+
+    #[test]
     fn removing_every_key_at_once_remembers_each_removal_without_compacting() {
         // As a window closing does: many keys of one key group, all removed between two
         // snapshots.

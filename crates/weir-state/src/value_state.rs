@@ -159,6 +159,11 @@ mod tests {
 
     const MP: u32 = 16;
 
+    /// `k` as the current key, among `MP` key groups.
+    fn key(k: &u64) -> CurrentKey<'_, u64> {
+        CurrentKey::new(k, MP)
+    }
+
     fn state() -> ValueState<u64, String> {
         let mut s = ValueState::new("v");
         s.init(MP, KeyGroupRange::new(0, MP));
@@ -245,9 +250,6 @@ mod tests {
 
     #[test]
     fn writes_while_a_snapshot_is_held_copy_entries_and_leave_the_snapshot_as_it_was() {
-        fn key(k: &u64) -> CurrentKey<'_, u64> {
-            CurrentKey::new(k, MP)
-        }
         let mut s: ValueState<u64, u64> = ValueState::new("v");
         s.init(MP, KeyGroupRange::new(0, MP));
         for k in 0..1_000u64 {
@@ -374,9 +376,6 @@ mod tests {
 
     #[test]
     fn an_incremental_snapshot_lets_go_of_each_key_group_once_encoded() {
-        fn key(k: &u64) -> CurrentKey<'_, u64> {
-            CurrentKey::new(k, MP)
-        }
         let range = KeyGroupRange::new(0, MP);
         let mut s: ValueState<u64, u64> = ValueState::new("counts");
         s.init(MP, range);

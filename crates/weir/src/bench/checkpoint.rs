@@ -24,8 +24,8 @@ use weir_core::{
     StateHandle, SubtaskId, SubtaskState,
 };
 use weir_state::{
-    encode_incremental, CurrentKey, IncrementalBase, KeyedManifest, KeyedStateSet, SharedStateFile,
-    ValueState, DEFAULT_MAX_PARALLELISM,
+    encode_incremental_releasing, CurrentKey, IncrementalBase, KeyedManifest, KeyedStateSet,
+    SharedStateFile, ValueState, DEFAULT_MAX_PARALLELISM,
 };
 use weir_storage::{
     CheckpointLayout, CheckpointMetadata, CheckpointStorage, Location, OperatorMetadata,
@@ -320,10 +320,12 @@ fn checkpoint(
     }
     let results = on_threads(
         jobs,
-        |(index, range, frozen, plan)| -> Result<(Written, f64), String> {
+        |(index, range, mut frozen, plan)| -> Result<(Written, f64), String> {
             let kind = HandleKind::Keyed { key_groups: range };
-            let mut encoding =
-                encode_incremental(&frozen, range, &plan).map_err(|e| e.to_string())?;
+            // As the runtime's snapshot workers do: each key group let go of once encoded.
+            let mut encoding = encode_incremental_releasing(&mut frozen, range, &plan)
+                .map_err(|e| e.to_string())?;
+            drop(frozen);
             let mut storage_secs = 0.0;
             let mut shared = Vec::new();
             let mut file = None;

@@ -90,6 +90,51 @@ impl EncodeBuffer {
         }
     }
 
+    /// Appends room for a count not known yet, to be set with [`set_count`](Self::set_count)
+    /// once it is: a postcard varint of a fixed [`COUNT_WIDTH`] bytes, its high bytes zero with
+    /// the continuation bit set. Postcard reads such a varint as the number it holds, so a
+    /// reader cannot tell it from the shortest encoding.
+    ///
+    /// A table encodes the entries of a key group that changed in one pass over it this way,
+    /// instead of first collecting them to count them.
+    pub(crate) fn count_placeholder(&mut self) -> CountAt {
+        let at = CountAt(self.len());
+        self.current.extend_from_slice(&padded_varint(0));
+        at
+    }
+
+    /// Sets the count whose room [`count_placeholder`](Self::count_placeholder) made.
+    pub(crate) fn set_count(&mut self, at: CountAt, count: u64) -> Result<(), String> {
+        if count > MAX_PADDED_COUNT {
+            return Err(format!(
+                "{count} entries do not fit a count of {COUNT_WIDTH} bytes"
+            ));
+        }
+        let bytes = padded_varint(count);
+        // Nothing splits the bytes of a count: it lies in one chunk.
+        let (chunk, start) = if at.0 >= self.filled_len {
+            (&mut self.current, self.filled_len)
+        } else {
+            let mut end = self.filled_len;
+            let mut found = None;
+            for chunk in self.filled.iter_mut().rev() {
+                let start = end - chunk.len() as u64;
+                if at.0 >= start {
+                    found = Some((chunk, start));
+                    break;
+                }
+                end = start;
+            }
+            found.ok_or("a count placeholder outside the buffer")?
+        };
+        let offset = (at.0 - start) as usize;
+        chunk
+            .get_mut(offset..offset + COUNT_WIDTH)
+            .ok_or("a count placeholder outside the buffer")?
+            .copy_from_slice(&bytes);
+        Ok(())
+    }
+
     #[cold]
     fn start_chunk(&mut self) {
         let next = new_chunk(self.chunk_bytes);
@@ -111,6 +156,27 @@ impl EncodeBuffer {
         }
         self.into_chunks().concat()
     }
+}
+
+/// Where [`EncodeBuffer::count_placeholder`] made room for a count: its offset.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CountAt(u64);
+
+/// The bytes of a count set with [`EncodeBuffer::set_count`].
+pub(crate) const COUNT_WIDTH: usize = 5;
+
+/// The largest count of [`COUNT_WIDTH`] varint bytes (7 bits each).
+const MAX_PADDED_COUNT: u64 = (1 << (7 * COUNT_WIDTH)) - 1;
+
+/// `count` as a postcard varint of exactly [`COUNT_WIDTH`] bytes (`count` at most
+/// [`MAX_PADDED_COUNT`]).
+fn padded_varint(count: u64) -> [u8; COUNT_WIDTH] {
+    let mut bytes = [0; COUNT_WIDTH];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        let more = if i + 1 < COUNT_WIDTH { 0x80 } else { 0 };
+        *byte = ((count >> (7 * i)) & 0x7f) as u8 | more;
+    }
+    bytes
 }
 
 /// The capacity of a new chunk: room for the part of an entry that crosses the chunk size, so
@@ -262,6 +328,43 @@ mod tests {
         );
         pool.give([Vec::with_capacity(MAX_RECYCLED_CHUNK + 1)]);
         assert_eq!(pool.lock().bytes, held, "a full pool takes no more");
+    }
+
+    #[test]
+    fn a_padded_count_reads_as_the_number_it_holds() {
+        for count in [0, 1, 127, 128, 300, 1 << 20, MAX_PADDED_COUNT] {
+            let bytes = padded_varint(count);
+            let (read, rest): (u64, &[u8]) = postcard::take_from_bytes(&bytes).expect("reads");
+            assert_eq!((read, rest.len()), (count, 0));
+        }
+    }
+
+    #[test]
+    fn a_count_is_set_in_whichever_chunk_holds_it() {
+        let mut out = EncodeBuffer::chunked(8);
+        let mut counts = Vec::new();
+        let mut expected = Vec::new();
+        for i in 0..20u64 {
+            counts.push((out.count_placeholder(), i * 1_000));
+            expected.extend_from_slice(&padded_varint(i * 1_000));
+            out.bytes().extend_from_slice(&[i as u8; 3]);
+            expected.extend_from_slice(&[i as u8; 3]);
+            out.entry_end();
+        }
+        for (at, count) in counts {
+            out.set_count(at, count).expect("sets");
+        }
+        let err = out
+            .set_count(CountAt(0), MAX_PADDED_COUNT + 1)
+            .expect_err("too large");
+        assert!(err.contains("do not fit"), "{err}");
+        assert!(
+            out.set_count(CountAt(out.len()), 1).is_err(),
+            "past the end"
+        );
+        let chunks = out.into_chunks();
+        assert!(chunks.len() > 5);
+        assert_eq!(chunks.concat(), expected);
     }
 
     #[test]

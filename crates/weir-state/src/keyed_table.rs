@@ -916,19 +916,17 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
             append(key, out.bytes()).map_err(|e| error(format!("key: {e}")))?;
             out.entry_end();
         }
-        // Picked in one pass over the group (it may be large and mostly unchanged), then
-        // counted and encoded.
-        let changed: Vec<(&K, &E)> = group
-            .entries
-            .iter()
-            .filter(|(_, (_, e))| *e > since_epoch)
-            .map(|(k, (entry, _))| (k, entry))
-            .collect();
-        append(&(changed.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
-        for (key, entry) in changed {
-            encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
+        // Picked and encoded in one pass over the group (it may be large and mostly
+        // unchanged), their count set once known.
+        let count_at = out.count_placeholder();
+        let mut count = 0;
+        for (key, (entry, written)) in &group.entries {
+            if *written > since_epoch {
+                encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
+                count += 1;
+            }
         }
-        Ok(())
+        out.set_count(count_at, count).map_err(error)
     }
 
     fn num_entries(&self) -> usize {

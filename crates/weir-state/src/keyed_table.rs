@@ -542,15 +542,19 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     /// Removes `key`; a missing key neither copies nor dirties the group.
     pub(crate) fn remove(&mut self, key: &CurrentKey<'_, K>) -> Option<E> {
-        self.get(key)?;
         let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
-        let (slot, direct) = self.slot_for_write(key.key_group);
-        if direct {
+        let i = self.index(key.key_group);
+        let slot = &mut self.groups[i];
+        if slot.settle(epoch, needed_after) {
+            // In place: one lookup, the group marked modified only if the key was there.
             let group = slot.direct();
             let (k, (entry, _)) = group.entries.remove_entry(key.key)?;
             group.tombstone(k, epoch, needed_after);
+            self.last_modified[i] = epoch;
             return Some(entry);
         }
+        slot.get(key.key)?;
+        self.last_modified[i] = epoch;
         let Slot { base, changes } = slot;
         match changes.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(mut o) => {

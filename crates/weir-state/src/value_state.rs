@@ -475,6 +475,18 @@ mod tests {
         assert_eq!(second.snapshot_epoch(), 1);
         assert_eq!(second.last_modified_epoch(one.key_group), Some(0));
         assert_eq!(second.last_modified_epoch(MP), None);
+
+        // With no snapshot sharing them, key groups are written in place: a removal of a
+        // missing key still dirties nothing, a removal of a present one its group alone.
+        drop((first, second));
+        let missing = (10..)
+            .find(|k| CurrentKey::new(k, MP).key_group != two.key_group)
+            .expect("a key of another group");
+        assert_eq!(s.take(&CurrentKey::new(&missing, MP)), None);
+        assert_eq!(s.take(&two), Some("b".into()));
+        let third = s.table.freeze();
+        let dirty: Vec<u32> = (0..MP).filter(|&g| third.is_dirty(g)).collect();
+        assert_eq!(dirty, vec![two.key_group]);
     }
 
     #[test]

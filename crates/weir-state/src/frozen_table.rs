@@ -82,9 +82,9 @@ pub trait FrozenTable: Send {
     /// keys removed since, then the entries written since, each as `count` followed by the keys
     /// or `key, entry` pairs. Restoring applies the removals, then the entries, on top of the
     /// key group as of `since_epoch`, so a key removed and written again since may be among
-    /// both, and a key removed more than once may be removed more than once. Errors if `since_epoch` is
-    /// [`TOMBSTONE_EPOCHS`](crate::TOMBSTONE_EPOCHS) or more epochs older than this view, whose
-    /// removals are no longer all known.
+    /// both, and a key removed more than once may be removed more than once. Errors if
+    /// `since_epoch` is [`TOMBSTONE_EPOCHS`](crate::TOMBSTONE_EPOCHS) or more epochs older than
+    /// this view, whose removals are no longer all known.
     fn encode_key_group_delta(
         &self,
         key_group: u32,

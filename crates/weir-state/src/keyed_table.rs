@@ -382,11 +382,20 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// place.
     #[inline]
     fn slot_for_write(&mut self, key_group: u32) -> (&mut Slot<K, E>, bool) {
-        let i = self.index(key_group);
+        let (i, direct) = self.settled(key_group);
         self.last_modified[i] = self.epoch;
-        let slot = &mut self.groups[i];
-        let direct = slot.settle(self.epoch, self.removals_needed_after);
-        (slot, direct)
+        (&mut self.groups[i], direct)
+    }
+
+    /// The index of the key group, with pending changes moved into its map if no snapshot
+    /// shares it any more, and whether its map can be written in place. Unlike
+    /// [`slot_for_write`](Self::slot_for_write) it does not mark the group modified: for a
+    /// write that may find nothing to change.
+    #[inline]
+    fn settled(&mut self, key_group: u32) -> (usize, bool) {
+        let i = self.index(key_group);
+        let direct = self.groups[i].settle(self.epoch, self.removals_needed_after);
+        (i, direct)
     }
 
     /// The checkpoint whose snapshot of this table was taken in `epoch` completed: every delta
@@ -543,9 +552,9 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// Removes `key`; a missing key neither copies nor dirties the group.
     pub(crate) fn remove(&mut self, key: &CurrentKey<'_, K>) -> Option<E> {
         let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
-        let i = self.index(key.key_group);
+        let (i, direct) = self.settled(key.key_group);
         let slot = &mut self.groups[i];
-        if slot.settle(epoch, needed_after) {
+        if direct {
             // In place: one lookup, the group marked modified only if the key was there.
             let group = slot.direct();
             let (k, (entry, _)) = group.entries.remove_entry(key.key)?;

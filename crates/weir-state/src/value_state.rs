@@ -480,9 +480,9 @@ mod tests {
         // missing key still dirties nothing, a removal of a present one its group alone.
         drop((first, second));
         let missing = (10..)
-            .find(|k| CurrentKey::new(k, MP).key_group != two.key_group)
+            .find(|k| key(k).key_group != two.key_group)
             .expect("a key of another group");
-        assert_eq!(s.take(&CurrentKey::new(&missing, MP)), None);
+        assert_eq!(s.take(&key(&missing)), None);
         assert_eq!(s.take(&two), Some("b".into()));
         let third = s.table.freeze();
         let dirty: Vec<u32> = (0..MP).filter(|&g| third.is_dirty(g)).collect();

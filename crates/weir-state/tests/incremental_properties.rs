@@ -313,14 +313,20 @@ fn restored<V: Value>(
     table
 }
 
+/// A table "v" over all of `mp` key groups holding `k → k` for `k` in `0..keys`.
+fn identity_table(mp: u32, keys: u64) -> ValueState<u64, u64> {
+    let mut s = ValueState::new("v");
+    s.init(mp, KeyGroupRange::new(0, mp));
+    for k in 0..keys {
+        s.set(&CurrentKey::new(&k, mp), k);
+    }
+    s
+}
+
 #[test]
 fn one_changed_key_in_many_writes_a_delta_much_smaller_than_the_full_snapshot() {
     let mp = 16;
-    let mut s = ValueState::<u64, u64>::new("v");
-    s.init(mp, KeyGroupRange::new(0, mp));
-    for k in 0..10_000u64 {
-        s.set(&CurrentKey::new(&k, mp), k);
-    }
+    let mut s = identity_table(mp, 10_000);
     let (base, mut files) = (IncrementalBase::new(), HashMap::new());
     let full = checkpoint(&mut s, 1, &base, &mut files);
     s.set(&CurrentKey::new(&7, mp), 0);
@@ -370,11 +376,7 @@ fn key_groups_larger_than_an_encoding_chunk_restore_from_full_blobs_and_deltas()
 #[test]
 fn a_key_removed_and_written_again_since_the_base_restores_as_written() {
     let mp = 4;
-    let mut s = ValueState::<u64, u64>::new("v");
-    s.init(mp, KeyGroupRange::new(0, mp));
-    for k in 0..100u64 {
-        s.set(&CurrentKey::new(&k, mp), k);
-    }
+    let mut s = identity_table(mp, 100);
     let (base, mut files) = (IncrementalBase::new(), HashMap::new());
     checkpoint(&mut s, 1, &base, &mut files);
     // Removed, written again, removed again and written again; and one only removed.

@@ -1,10 +1,11 @@
-//! Copy-on-write storage behind every keyed state table: one hash map per key group, each behind an `Arc`.
+//! Copy-on-write storage behind every keyed state table: one table of entries per key group
+//! (see [`crate::group`]), owned by the live table or shared with snapshots.
 //!
-//! The synchronous snapshot phase clones the `Arc`s (one per key group, however many keys there
-//! are) into a [`FrozenKeyGroups`]; the asynchronous worker serialises from those while the task
-//! keeps writing. While a snapshot shares a key group's map, a write copies only the entry it
-//! writes, into the group's pending changes (copy-on-write by entry, see [`Slot`]); the first
-//! write after the snapshot let go moves them into the map. A snapshot's cost to the running
+//! The synchronous snapshot phase shares the key groups (an `Arc` each, however many keys there
+//! are) with a [`FrozenKeyGroups`]; the asynchronous worker serialises from those while the task
+//! keeps writing. While a snapshot shares a key group, a write copies only the entry it writes,
+//! into the group's pending changes (copy-on-write by entry, see [`Slot`]); the first write
+//! after the snapshot let go takes the group back and moves them into it. A snapshot's cost to the running
 //! task is thus in proportion to the keys written while it is being written, not to the state.
 //!
 //! For incremental checkpoints every entry carries the epoch of its last write, and a key group
@@ -19,142 +20,19 @@
 
 use crate::encode_buffer::EncodeBuffer;
 use crate::entry_codec::{append, take, take_len, EntryCodec};
+use crate::entry_table::{EntryTable, Found};
 use crate::error::StateError;
 use crate::frozen_table::{FrozenTable, TableKind};
+pub use crate::group::TOMBSTONE_EPOCHS;
+use crate::group::{Base, Group};
 use crate::key::{CurrentKey, Key};
 use crate::key_group::key_group_of;
 use crate::snapshot_reader::KeyedSnapshotReader;
 use hashbrown::hash_map::RawEntryMut;
 use hashbrown::HashMap;
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
-
-/// How many epochs a key group remembers removed keys. A delta can only be taken against a
-/// snapshot less than this many epochs old; older bases get a full key group instead.
-pub const TOMBSTONE_EPOCHS: u64 = 32;
-
-/// One key group: its entries, each with the epoch of its last write, and its recent removals.
-pub(crate) struct Group<K, E> {
-    entries: HashMap<K, (E, u64)>,
-    /// Keys removed, with the epoch of the removal, in the order of removal (a key removed,
-    /// written and removed again is there twice). A queue rather than a map: remembering a
-    /// removal is a push, forgetting the old ones pops them from the front.
-    // Invariant: holds every key removed in an epoch later than the newest epoch minus
-    // TOMBSTONE_EPOCHS (older ones may be pruned), at least its latest removal; epochs ascend
-    // from front to back.
-    removed: VecDeque<(K, u64)>,
-    /// `removed` is compacted to one removal per key once it is longer than this and than
-    /// `MIN_COMPACTION + 2 × capacity of entries`: a key removed over and over between
-    /// checkpoints does not grow it without bound. The capacity, not the number of entries: it
-    /// stays at the most keys the group held, so removing all of many keys at once (as a window
-    /// closing does) never compacts, which would find no key twice.
-    compact_above: usize,
-}
-
-/// The length of a key group's removals below which they are never compacted.
-pub(crate) const MIN_COMPACTION: usize = 4096;
-
-impl<K, E> Default for Group<K, E> {
-    fn default() -> Self {
-        Group {
-            entries: HashMap::new(),
-            removed: VecDeque::new(),
-            compact_above: 0,
-        }
-    }
-}
-
-/// Whether a removal in `removed_in` may still be needed by a delta taken in `epoch`: no more
-/// than `TOMBSTONE_EPOCHS` old, and after `needed_after` (see
-/// [`KeyGroupedMap::forget_removals_through`]).
-fn keeps(removed_in: u64, epoch: u64, needed_after: u64) -> bool {
-    removed_in + TOMBSTONE_EPOCHS >= epoch && removed_in > needed_after
-}
-
-impl<K: Key, E> Group<K, E> {
-    /// Forgets the removals no delta taken in `epoch` or later can need, if there are any.
-    #[inline]
-    fn prune(&mut self, epoch: u64, needed_after: u64) {
-        // `keeps` holds from some epoch on, and epochs ascend: the ones to forget are in front.
-        while self
-            .removed
-            .front()
-            .is_some_and(|(_, e)| !keeps(*e, epoch, needed_after))
-        {
-            self.removed.pop_front();
-        }
-    }
-
-    /// Remembers that `key` was removed in `epoch`, first forgetting removals no delta can
-    /// need any more.
-    ///
-    /// Removals in epoch 0 are not kept (`needed_after` starts at 0): a delta is only ever taken
-    /// since a snapshot, and epoch 0 ends with the table's first snapshot (or restore), so no
-    /// delta can need them. A job that never snapshots (checkpointing off) thus keeps no
-    /// removals at all, however many keys it drops.
-    fn tombstone(&mut self, key: K, epoch: u64, needed_after: u64) {
-        if epoch <= needed_after {
-            return;
-        }
-        self.prune(epoch, needed_after);
-        debug_assert!(
-            self.removed.back().is_none_or(|(_, last)| *last <= epoch),
-            "removals are remembered in the order of their epochs"
-        );
-        self.removed.push_back((key, epoch));
-        if self.removed.len()
-            > self
-                .compact_above
-                .max(MIN_COMPACTION + 2 * self.entries.capacity())
-        {
-            self.compact_removals();
-        }
-    }
-
-    /// Keeps only the latest removal of each key, in order: a delta since any epoch needs a key
-    /// if its latest removal is after that epoch (and it was not written again). The next
-    /// compaction waits until the removals doubled, so compacting costs O(1) per removal.
-    #[cold]
-    fn compact_removals(&mut self) {
-        let mut seen = hashbrown::HashSet::with_capacity(self.removed.len());
-        let mut latest: Vec<(K, u64)> = Vec::with_capacity(self.removed.len());
-        while let Some((key, epoch)) = self.removed.pop_back() {
-            if seen.insert(key.clone()) {
-                latest.push((key, epoch));
-            }
-        }
-        latest.reverse();
-        self.removed = latest.into();
-        self.compact_above = 2 * self.removed.len();
-    }
-}
-
-/// The group in `slot`, copied first if a snapshot shares it. The copy leaves out the removals
-/// no delta taken in `epoch` or later can need, so they are not copied checkpoint after
-/// checkpoint.
-#[inline]
-fn unshare<K: Key, E: Clone>(
-    slot: &mut Arc<Group<K, E>>,
-    epoch: u64,
-    needed_after: u64,
-) -> &mut Group<K, E> {
-    if Arc::get_mut(slot).is_none() {
-        let removed = slot
-            .removed
-            .iter()
-            .filter(|(_, e)| keeps(*e, epoch, needed_after))
-            .cloned()
-            .collect();
-        *slot = Arc::new(Group {
-            entries: slot.entries.clone(),
-            removed,
-            compact_above: 0,
-        });
-    }
-    Arc::get_mut(slot).expect("a group just copied is not shared")
-}
 
 /// A change made to a key while a snapshot shared its key group's map (see [`Slot`]).
 enum Change<E> {
@@ -174,18 +52,18 @@ enum Change<E> {
 // Invariant: a key in `changes` shadows its entry in `base`; `changes` is non-empty only while
 // `base` is, or was when they were made, shared with a snapshot.
 struct Slot<K, E> {
-    base: Arc<Group<K, E>>,
+    base: Base<K, E>,
     changes: HashMap<K, Change<E>>,
 }
 
 impl<K, E> Default for Slot<K, E> {
     fn default() -> Self {
-        Slot::new(Arc::default())
+        Slot::new(Base::default())
     }
 }
 
 impl<K, E> Slot<K, E> {
-    fn new(base: Arc<Group<K, E>>) -> Self {
+    fn new(base: Base<K, E>) -> Self {
         Slot {
             base,
             changes: HashMap::new(),
@@ -204,14 +82,14 @@ impl<K: Key, E: Clone> Slot<K, E> {
                 };
             }
         }
-        self.base.entries.get(key).map(|(e, _)| e)
+        self.base.group().entries.get(key)
     }
 
     /// Whether `base` can be written in place: no snapshot shares it. Moves pending changes
     /// into it first.
     #[inline]
     fn settle(&mut self, epoch: u64, needed_after: u64) -> bool {
-        match Arc::get_mut(&mut self.base) {
+        match self.base.owned() {
             Some(group) => {
                 if !self.changes.is_empty() {
                     merge(group, &mut self.changes, epoch, needed_after);
@@ -231,7 +109,7 @@ impl<K: Key, E: Clone> Slot<K, E> {
         Some(match self.changes.raw_entry_mut().from_key(key) {
             RawEntryMut::Occupied(o) => o.into_mut(),
             RawEntryMut::Vacant(v) => {
-                let (e, _) = self.base.entries.get(key)?;
+                let e = self.base.group().entries.get(key)?;
                 v.insert(key.clone(), Change::Set(e.clone(), epoch)).1
             }
         })
@@ -240,7 +118,10 @@ impl<K: Key, E: Clone> Slot<K, E> {
     /// `base`, after [`settle`](Self::settle) returned true.
     #[inline]
     fn direct(&mut self) -> &mut Group<K, E> {
-        Arc::get_mut(&mut self.base).expect("settled: no snapshot shares the group")
+        match &mut self.base {
+            Base::Owned(group) => group,
+            _ => unreachable!("settled: no snapshot shares the group"),
+        }
     }
 
     /// Makes `base` hold every change: moved in place, or into a copy if a snapshot still
@@ -249,13 +130,13 @@ impl<K: Key, E: Clone> Slot<K, E> {
         if self.changes.is_empty() {
             return;
         }
-        let group = unshare(&mut self.base, epoch, needed_after);
+        let group = self.base.make_owned(epoch, needed_after);
         merge(group, &mut self.changes, epoch, needed_after);
     }
 
     /// The number of keys.
     fn len(&self) -> usize {
-        let base = &self.base.entries;
+        let base = &self.base.group().entries;
         let added = self.changes.iter().filter(|(k, c)| match c {
             Change::Set(..) => !base.contains_key(*k),
             Change::Removed(_) => false,
@@ -270,10 +151,10 @@ impl<K: Key, E: Clone> Slot<K, E> {
     fn iter(&self) -> impl Iterator<Item = (&K, &E)> {
         let changes = &self.changes;
         self.base
+            .group()
             .entries
             .iter()
             .filter(move |(k, _)| changes.is_empty() || !changes.contains_key(*k))
-            .map(|(k, (e, _))| (k, e))
             .chain(changes.iter().filter_map(|(k, c)| match c {
                 Change::Set(e, _) => Some((k, e)),
                 Change::Removed(_) => None,
@@ -293,7 +174,7 @@ fn merge<K: Key, E>(
     for (key, change) in changes.drain() {
         match change {
             Change::Set(entry, written) => {
-                group.entries.insert(key, (entry, written));
+                group.entries.insert(key, entry, written);
             }
             Change::Removed(removed_in) => {
                 group.entries.remove(&key);
@@ -420,9 +301,11 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         let epoch = self.epoch;
         let (slot, direct) = self.slot_for_write(key.key_group);
         if direct {
-            let entry = slot.direct().entries.get_mut(key.key)?;
-            entry.1 = epoch;
-            return Some(&mut entry.0);
+            let entries = &mut slot.direct().entries;
+            return match entries.find(key.key) {
+                Found::At(i) => Some(entries.write_at(i, epoch)),
+                Found::Missing(_) => None,
+            };
         }
         match slot.change_of_existing(key.key, epoch)? {
             Change::Set(e, written) => {
@@ -438,21 +321,17 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     pub(crate) fn insert(&mut self, key: &CurrentKey<'_, K>, entry: E) {
         let epoch = self.epoch;
         let (slot, direct) = self.slot_for_write(key.key_group);
-        let map_entry = if direct {
-            match slot.direct().entries.raw_entry_mut().from_key(key.key) {
-                RawEntryMut::Occupied(mut o) => {
-                    o.insert((entry, epoch));
-                    return;
-                }
-                RawEntryMut::Vacant(v) => {
-                    v.insert(key.key.clone(), (entry, epoch));
-                    return;
+        if direct {
+            let entries = &mut slot.direct().entries;
+            match entries.find(key.key) {
+                Found::At(i) => *entries.write_at(i, epoch) = entry,
+                Found::Missing(hash) => {
+                    entries.push(hash, key.key.clone(), entry, epoch);
                 }
             }
-        } else {
-            slot.changes.raw_entry_mut().from_key(key.key)
-        };
-        match map_entry {
+            return;
+        }
+        match slot.changes.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(mut o) => {
                 o.insert(Change::Set(entry, epoch));
             }
@@ -472,20 +351,20 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         let epoch = self.epoch;
         let (slot, direct) = self.slot_for_write(key.key_group);
         if direct {
-            let entry = match slot.direct().entries.raw_entry_mut().from_key(key.key) {
-                RawEntryMut::Occupied(o) => o.into_mut(),
-                RawEntryMut::Vacant(v) => v.insert(key.key.clone(), (default(), epoch)).1,
+            let entries = &mut slot.direct().entries;
+            let i = match entries.find(key.key) {
+                Found::At(i) => i,
+                Found::Missing(hash) => entries.push(hash, key.key.clone(), default(), epoch),
             };
-            entry.1 = epoch;
-            return &mut entry.0;
+            return entries.write_at(i, epoch);
         }
         let Slot { base, changes } = slot;
         let mut default = Some(default);
         let change = match changes.raw_entry_mut().from_key(key.key) {
             RawEntryMut::Occupied(o) => o.into_mut(),
             RawEntryMut::Vacant(v) => {
-                let entry = match base.entries.get(key.key) {
-                    Some((e, _)) => e.clone(),
+                let entry = match base.group().entries.get(key.key) {
+                    Some(e) => e.clone(),
                     None => (default.take().expect("not used before"))(),
                 };
                 v.insert(key.key.clone(), Change::Set(entry, epoch)).1
@@ -513,21 +392,15 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         let (slot, direct) = self.slot_for_write(key.key_group);
         if direct {
             let group = slot.direct();
-            match group.entries.raw_entry_mut().from_key(key.key) {
-                RawEntryMut::Occupied(o) => {
-                    let mut removed = false;
-                    o.replace_entry_with(|_, (old, _)| {
-                        let new = f(Some(old));
-                        removed = new.is_none();
-                        new.map(|e| (e, epoch))
-                    });
-                    if removed {
-                        group.tombstone(key.key.clone(), epoch, needed_after);
+            match group.entries.find(key.key) {
+                Found::At(i) => {
+                    if let Some(removed) = group.entries.replace_at(i, epoch, |old| f(Some(old))) {
+                        group.tombstone(removed, epoch, needed_after);
                     }
                 }
-                RawEntryMut::Vacant(v) => {
+                Found::Missing(hash) => {
                     if let Some(new) = f(None) {
-                        v.insert(key.key.clone(), (new, epoch));
+                        group.entries.push(hash, key.key.clone(), new, epoch);
                     }
                 }
             }
@@ -537,7 +410,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         let (current, removed_before) = match changes.remove(key.key) {
             Some(Change::Set(e, _)) => (Some(e), None),
             Some(Change::Removed(removed_in)) => (None, Some(removed_in)),
-            None => (base.entries.get(key.key).map(|(e, _)| e.clone()), None),
+            None => (base.group().entries.get(key.key).cloned(), None),
         };
         let existed = current.is_some();
         let change = match (f(current), removed_before) {
@@ -557,7 +430,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         if direct {
             // In place: one lookup, the group marked modified only if the key was there.
             let group = slot.direct();
-            let (k, (entry, _)) = group.entries.remove_entry(key.key)?;
+            let (k, entry) = group.entries.remove(key.key)?;
             group.tombstone(k, epoch, needed_after);
             self.last_modified[i] = epoch;
             return Some(entry);
@@ -577,7 +450,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 }
             }
             RawEntryMut::Vacant(v) => {
-                let entry = base.entries.get(key.key)?.0.clone();
+                let entry = base.group().entries.get(key.key)?.clone();
                 v.insert(key.key.clone(), Change::Removed(epoch));
                 Some(entry)
             }
@@ -599,19 +472,15 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         let (slot, direct) = self.slot_for_write(key.key_group);
         if direct {
             let group = slot.direct();
-            return match group.entries.raw_entry_mut().from_key(key.key) {
-                RawEntryMut::Occupied(mut o) => {
-                    let entry = o.get_mut();
-                    entry.1 = epoch;
-                    let result = f(&mut entry.0);
-                    if C::is_empty(&o.get().0) {
-                        let (k, _) = o.remove_entry();
-                        group.tombstone(k, epoch, needed_after);
-                    }
-                    Some(result)
-                }
-                RawEntryMut::Vacant(_) => None,
+            let Found::At(i) = group.entries.find(key.key) else {
+                return None;
             };
+            let result = f(group.entries.write_at(i, epoch));
+            if C::is_empty(group.entries.at(i)) {
+                let (k, _) = group.entries.remove_at(i);
+                group.tombstone(k, epoch, needed_after);
+            }
+            return Some(result);
         }
         let change = slot.change_of_existing(key.key, epoch)?;
         let Change::Set(e, written) = change else {
@@ -638,22 +507,22 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// The number of removed keys remembered for deltas, summed over key groups.
     #[cfg(test)]
     pub(crate) fn tombstones_len(&self) -> usize {
-        self.groups.iter().map(|s| s.base.removed.len()).sum()
+        self.groups
+            .iter()
+            .map(|s| s.base.group().removed.len())
+            .sum()
     }
 
     /// Whether the removals of any key group were ever compacted.
     #[cfg(test)]
     pub(crate) fn removals_compacted(&self) -> bool {
-        self.groups.iter().any(|s| s.base.compact_above > 0)
+        self.groups.iter().any(|s| s.base.group().compact_above > 0)
     }
 
     /// The number of key groups whose map a snapshot still shares.
     #[cfg(test)]
     pub(crate) fn groups_shared_count(&self) -> usize {
-        self.groups
-            .iter()
-            .filter(|s| Arc::strong_count(&s.base) > 1)
-            .count()
+        self.groups.iter().filter(|s| s.base.is_shared()).count()
     }
 
     /// The number of keys written while a snapshot shared their key group, not yet moved into
@@ -676,7 +545,11 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             name: self.name.clone(),
             max_parallelism: self.max_parallelism,
             range: self.range,
-            groups: self.groups.iter().map(|s| Some(s.base.clone())).collect(),
+            groups: self
+                .groups
+                .iter_mut()
+                .map(|s| Some(s.base.share()))
+                .collect(),
             last_modified: self.last_modified.clone(),
             epoch: self.epoch,
             codec: PhantomData,
@@ -697,8 +570,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 table: self.name.to_string(),
             });
         }
-        let mut restored: Vec<Arc<Group<K, E>>> =
-            self.range.iter().map(|_| Arc::default()).collect();
+        let mut restored: Vec<Group<K, E>> = self.range.iter().map(|_| Group::default()).collect();
         if let Some(snapshot) = reader.max_parallelism() {
             if snapshot != self.max_parallelism {
                 return Err(StateError::MaxParallelismMismatch {
@@ -715,8 +587,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                     found,
                 });
             }
-            for (slot, key_group) in restored.iter_mut().zip(self.range.iter()) {
-                let mut group = Group::default();
+            for (group, key_group) in restored.iter_mut().zip(self.range.iter()) {
                 let mut first = true;
                 for blob in reader.key_group_blobs(&self.name, key_group) {
                     if first == blob.delta {
@@ -733,10 +604,12 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                         group.entries = self.decode_group(key_group, blob.bytes)?;
                     }
                 }
-                *slot = Arc::new(group);
             }
         }
-        self.groups = restored.into_iter().map(Slot::new).collect();
+        self.groups = restored
+            .into_iter()
+            .map(|group| Slot::new(Base::Owned(group)))
+            .collect();
         self.last_modified.fill(self.epoch);
         self.epoch += 1;
         Ok(())
@@ -779,23 +652,22 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         Ok(())
     }
 
-    fn decode_group(
-        &self,
-        key_group: u32,
-        bytes: &[u8],
-    ) -> Result<HashMap<K, (E, u64)>, StateError> {
+    fn decode_group(&self, key_group: u32, bytes: &[u8]) -> Result<EntryTable<K, E>, StateError> {
         let error = self.decode_error(key_group);
         let epoch = self.epoch;
         let (count, _) = take_len(bytes).map_err(|e| error(e.to_string()))?;
-        let mut map = HashMap::with_capacity(count.min(bytes.len()));
+        let mut map = EntryTable::with_capacity(count.min(bytes.len()));
         let rest = self.decode_entries(key_group, bytes, |key, entry| {
             if C::is_empty(&entry) {
                 return Ok(());
             }
-            if map.insert(key, (entry, epoch)).is_some() {
-                return Err(error("a key appears twice".to_string()));
+            match map.find(&key) {
+                Found::At(_) => Err(error("a key appears twice".to_string())),
+                Found::Missing(hash) => {
+                    map.push(hash, key, entry, epoch);
+                    Ok(())
+                }
             }
-            Ok(())
         })?;
         if !rest.is_empty() {
             return Err(error(format!("{} unexpected trailing bytes", rest.len())));
@@ -808,7 +680,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         &self,
         key_group: u32,
         bytes: &[u8],
-        map: &mut HashMap<K, (E, u64)>,
+        map: &mut EntryTable<K, E>,
     ) -> Result<(), StateError> {
         let error = self.decode_error(key_group);
         let epoch = self.epoch;
@@ -823,7 +695,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             if C::is_empty(&entry) {
                 map.remove(&key);
             } else {
-                map.insert(key, (entry, epoch));
+                map.insert(key, entry, epoch);
             }
             Ok(())
         })?;
@@ -860,7 +732,7 @@ impl<K, E, C> FrozenKeyGroups<K, E, C> {
                 .groups
                 .iter()
                 .zip(&live.groups)
-                .all(|(a, b)| a.as_ref().is_some_and(|a| Arc::ptr_eq(a, &b.base)))
+                .all(|(a, b)| a.as_ref().is_some_and(|a| b.base.is(a)))
     }
 }
 
@@ -899,7 +771,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
         let error = |reason: String| self.encode_error(key_group, reason);
         let map = &self.group(key_group)?.entries;
         append(&(map.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
-        for (key, (entry, _)) in map.iter() {
+        for (key, entry) in map.iter() {
             encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
         }
         Ok(())
@@ -929,15 +801,13 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
             append(key, out.bytes()).map_err(|e| error(format!("key: {e}")))?;
             out.entry_end();
         }
-        // Picked and encoded in one pass over the group (it may be large and mostly
-        // unchanged), their count set once known.
+        // Picked by their epochs alone (the group may be large and mostly unchanged) and encoded
+        // in one pass, their count set once known.
         let count_at = out.count_placeholder();
         let mut count = 0;
-        for (key, (entry, written)) in &group.entries {
-            if *written > since_epoch {
-                encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
-                count += 1;
-            }
+        for (key, entry) in group.entries.written_after(since_epoch) {
+            encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
+            count += 1;
         }
         out.set_count(count_at, count).map_err(error)
     }

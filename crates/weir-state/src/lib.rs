@@ -65,8 +65,10 @@
 
 mod encode_buffer;
 mod entry_codec;
+mod entry_table;
 mod error;
 mod frozen_table;
+mod group;
 pub mod incremental;
 pub mod incremental_format;
 mod key;

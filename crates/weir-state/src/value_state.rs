@@ -358,7 +358,7 @@ mod tests {
             }
         }
         assert!(
-            s.table.tombstones_len() <= 3 * (super::super::keyed_table::MIN_COMPACTION + 1),
+            s.table.tombstones_len() <= 3 * (crate::group::MIN_COMPACTION + 1),
             "{} removals remembered for 3 keys",
             s.table.tombstones_len()
         );

@@ -48,8 +48,9 @@ impl<K, E> Default for Group<K, E> {
 }
 
 /// Whether a removal in `removed_in` may still be needed by a delta taken in `epoch`: no more
-/// than `TOMBSTONE_EPOCHS` old, and after `needed_after` (see
-/// [`KeyGroupedMap::forget_removals_through`]).
+/// than `TOMBSTONE_EPOCHS` old, and after `needed_after` (see [`forget_removals_through`]).
+///
+/// [`forget_removals_through`]: crate::keyed_table::KeyGroupedMap::forget_removals_through
 pub(crate) fn keeps(removed_in: u64, epoch: u64, needed_after: u64) -> bool {
     removed_in + TOMBSTONE_EPOCHS >= epoch && removed_in > needed_after
 }

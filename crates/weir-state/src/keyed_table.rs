@@ -5,184 +5,40 @@
 //! are) with a [`FrozenKeyGroups`]; the asynchronous worker serialises from those while the task
 //! keeps writing. While a snapshot shares a key group, a write copies only the entry it writes,
 //! into the group's pending changes (copy-on-write by entry, see [`Slot`]); the first write
-//! after the snapshot let go takes the group back and moves them into it. A snapshot's cost to the running
-//! task is thus in proportion to the keys written while it is being written, not to the state.
+//! after the snapshot let go takes the group back and moves them into it. A snapshot's cost to
+//! the running task is thus in proportion to the keys written while it is being written, not to
+//! the state.
 //!
 //! For incremental checkpoints every entry carries the epoch of its last write, and a key group
 //! remembers the keys removed since the last completed checkpoint's snapshot (at most
 //! [`TOMBSTONE_EPOCHS`] epochs back): the changes of a key group since an earlier snapshot are
 //! then the entries written, and the keys removed, after its epoch (see
-//! [`FrozenTable::encode_key_group_delta`]).
+//! [`encode_key_group_delta`]).
+//!
+//! [`encode_key_group_delta`]: crate::frozen_table::FrozenTable::encode_key_group_delta
 //!
 //! Invariant: `groups.len() == last_modified.len() == range.len()` once initialised, and
 //! `groups[i]` (its map and its pending changes) holds exactly the keys whose key group is
 //! `range.start + i`.
 
-use crate::encode_buffer::EncodeBuffer;
-use crate::entry_codec::{append, take, take_len, EntryCodec};
+use crate::entry_codec::{take, take_len, EntryCodec};
 use crate::entry_table::{EntryTable, Found};
 use crate::error::StateError;
-use crate::frozen_table::{FrozenTable, TableKind};
 pub use crate::group::TOMBSTONE_EPOCHS;
 use crate::group::{Base, Group};
 use crate::key::{CurrentKey, Key};
 use crate::key_group::key_group_of;
 use crate::snapshot_reader::KeyedSnapshotReader;
 use hashbrown::hash_map::RawEntryMut;
-use hashbrown::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
 
-/// A change made to a key while a snapshot shared its key group's map (see [`Slot`]).
-enum Change<E> {
-    /// Set to this entry, last written in this epoch.
-    Set(E, u64),
-    /// Removed in this epoch.
-    Removed(u64),
-}
+mod frozen;
+mod slot;
 
-/// A key group of the live table: its map, and the changes made while a snapshot shared it.
-///
-/// While an asynchronous snapshot holds `base`, a write does not copy the whole map: the key it
-/// writes gets its entry copied into `changes` (copy-on-write by entry), and reads look there
-/// first. Once no snapshot holds `base` any more, the next write to the key group — or the next
-/// snapshot — moves the changes into it: work in proportion to the keys written meanwhile, not
-/// to the state.
-// Invariant: a key in `changes` shadows its entry in `base`; `changes` is non-empty only while
-// `base` is, or was when they were made, shared with a snapshot.
-struct Slot<K, E> {
-    base: Base<K, E>,
-    changes: HashMap<K, Change<E>>,
-}
-
-impl<K, E> Default for Slot<K, E> {
-    fn default() -> Self {
-        Slot::new(Base::default())
-    }
-}
-
-impl<K, E> Slot<K, E> {
-    fn new(base: Base<K, E>) -> Self {
-        Slot {
-            base,
-            changes: HashMap::new(),
-        }
-    }
-}
-
-impl<K: Key, E: Clone> Slot<K, E> {
-    #[inline]
-    fn get(&self, key: &K) -> Option<&E> {
-        if !self.changes.is_empty() {
-            if let Some(change) = self.changes.get(key) {
-                return match change {
-                    Change::Set(e, _) => Some(e),
-                    Change::Removed(_) => None,
-                };
-            }
-        }
-        self.base.group().entries.get(key)
-    }
-
-    /// Whether `base` can be written in place: no snapshot shares it. Moves pending changes
-    /// into it first.
-    #[inline]
-    fn settle(&mut self, epoch: u64, needed_after: u64) -> bool {
-        match self.base.owned() {
-            Some(group) => {
-                if !self.changes.is_empty() {
-                    merge(group, &mut self.changes, epoch, needed_after);
-                } else {
-                    group.prune(epoch, needed_after);
-                }
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The pending change of `key`: the one it has, or a new one copying its entry in `base`
-    /// (as written in `epoch`). `None` if `key` has neither.
-    #[inline]
-    fn change_of_existing(&mut self, key: &K, epoch: u64) -> Option<&mut Change<E>> {
-        Some(match self.changes.raw_entry_mut().from_key(key) {
-            RawEntryMut::Occupied(o) => o.into_mut(),
-            RawEntryMut::Vacant(v) => {
-                let e = self.base.group().entries.get(key)?;
-                v.insert(key.clone(), Change::Set(e.clone(), epoch)).1
-            }
-        })
-    }
-
-    /// `base`, after [`settle`](Self::settle) returned true.
-    #[inline]
-    fn direct(&mut self) -> &mut Group<K, E> {
-        match &mut self.base {
-            Base::Owned(group) => group,
-            _ => unreachable!("settled: no snapshot shares the group"),
-        }
-    }
-
-    /// Makes `base` hold every change: moved in place, or into a copy if a snapshot still
-    /// shares it (a snapshot taken while the previous one is still being written).
-    fn consolidate(&mut self, epoch: u64, needed_after: u64) {
-        if self.changes.is_empty() {
-            return;
-        }
-        let group = self.base.make_owned(epoch, needed_after);
-        merge(group, &mut self.changes, epoch, needed_after);
-    }
-
-    /// The number of keys.
-    fn len(&self) -> usize {
-        let base = &self.base.group().entries;
-        let added = self.changes.iter().filter(|(k, c)| match c {
-            Change::Set(..) => !base.contains_key(*k),
-            Change::Removed(_) => false,
-        });
-        let removed = self.changes.iter().filter(|(k, c)| match c {
-            Change::Set(..) => false,
-            Change::Removed(_) => base.contains_key(*k),
-        });
-        base.len() + added.count() - removed.count()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&K, &E)> {
-        let changes = &self.changes;
-        self.base
-            .group()
-            .entries
-            .iter()
-            .filter(move |(k, _)| changes.is_empty() || !changes.contains_key(*k))
-            .chain(changes.iter().filter_map(|(k, c)| match c {
-                Change::Set(e, _) => Some((k, e)),
-                Change::Removed(_) => None,
-            }))
-    }
-}
-
-/// Moves `changes` into `group` (which no snapshot shares), first forgetting the removals no
-/// delta taken in `epoch` or later can need.
-fn merge<K: Key, E>(
-    group: &mut Group<K, E>,
-    changes: &mut HashMap<K, Change<E>>,
-    epoch: u64,
-    needed_after: u64,
-) {
-    group.prune(epoch, needed_after);
-    for (key, change) in changes.drain() {
-        match change {
-            Change::Set(entry, written) => {
-                group.entries.insert(key, entry, written);
-            }
-            Change::Removed(removed_in) => {
-                group.entries.remove(&key);
-                group.tombstone(key, removed_in, needed_after);
-            }
-        }
-    }
-}
+pub(crate) use frozen::FrozenKeyGroups;
+use slot::{Change, Slot};
 
 /// The per-key-group maps of one keyed state table, with copy-on-write snapshots.
 ///
@@ -194,7 +50,7 @@ pub(crate) struct KeyGroupedMap<K, E, C> {
     max_parallelism: u32,
     range: KeyGroupRange,
     groups: Vec<Slot<K, E>>,
-    /// Per key group, the epoch of its last write (see [`FrozenTable`]).
+    /// Per key group, the epoch of its last write (see [`crate::frozen_table::FrozenTable`]).
     last_modified: Vec<u64>,
     /// The number of snapshots taken so far (plus one after a restore).
     epoch: u64,
@@ -675,7 +531,9 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         Ok(map)
     }
 
-    /// Applies a delta (see [`FrozenTable::encode_key_group_delta`]): removals, then upserts.
+    /// Applies a delta (see [`encode_key_group_delta`]): removals, then upserts.
+    ///
+    /// [`encode_key_group_delta`]: crate::frozen_table::FrozenTable::encode_key_group_delta
     fn apply_delta(
         &self,
         key_group: u32,
@@ -703,156 +561,5 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             return Err(error(format!("{} unexpected trailing bytes", rest.len())));
         }
         Ok(())
-    }
-}
-
-/// The frozen view of a [`KeyGroupedMap`]: shares its key groups' maps as of the snapshot.
-pub(crate) struct FrozenKeyGroups<K, E, C> {
-    name: Arc<str>,
-    max_parallelism: u32,
-    range: KeyGroupRange,
-    /// `None` once released ([`FrozenTable::release_key_group`]).
-    groups: Vec<Option<Arc<Group<K, E>>>>,
-    last_modified: Vec<u64>,
-    epoch: u64,
-    codec: PhantomData<fn() -> C>,
-}
-
-impl<K, E, C> FrozenKeyGroups<K, E, C> {
-    fn slot(&self, key_group: u32) -> Option<usize> {
-        self.range
-            .contains(key_group)
-            .then(|| (key_group - self.range.start) as usize)
-    }
-
-    #[cfg(test)]
-    pub(crate) fn shares_groups_with(&self, live: &KeyGroupedMap<K, E, C>) -> bool {
-        self.groups.len() == live.groups.len()
-            && self
-                .groups
-                .iter()
-                .zip(&live.groups)
-                .all(|(a, b)| a.as_ref().is_some_and(|a| b.base.is(a)))
-    }
-}
-
-impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenTable
-    for FrozenKeyGroups<K, E, C>
-{
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn kind(&self) -> TableKind {
-        C::KIND
-    }
-
-    fn key_groups(&self) -> KeyGroupRange {
-        self.range
-    }
-
-    fn max_parallelism(&self) -> u32 {
-        self.max_parallelism
-    }
-
-    fn is_dirty(&self, key_group: u32) -> bool {
-        self.last_modified_epoch(key_group) == Some(self.epoch)
-    }
-
-    fn snapshot_epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    fn last_modified_epoch(&self, key_group: u32) -> Option<u64> {
-        self.slot(key_group).map(|i| self.last_modified[i])
-    }
-
-    fn encode_key_group(&self, key_group: u32, out: &mut EncodeBuffer) -> Result<(), StateError> {
-        let error = |reason: String| self.encode_error(key_group, reason);
-        let map = &self.group(key_group)?.entries;
-        append(&(map.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
-        for (key, entry) in map.iter() {
-            encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
-        }
-        Ok(())
-    }
-
-    fn encode_key_group_delta(
-        &self,
-        key_group: u32,
-        since_epoch: u64,
-        out: &mut EncodeBuffer,
-    ) -> Result<(), StateError> {
-        let error = |reason: String| self.encode_error(key_group, reason);
-        let group = self.group(key_group)?;
-        if self.epoch.saturating_sub(since_epoch) >= TOMBSTONE_EPOCHS {
-            return Err(error(format!(
-                "a delta since epoch {since_epoch} needs removals older than the {TOMBSTONE_EPOCHS} epochs kept"
-            )));
-        }
-        // Removals are in the order of their epochs: the ones since `since_epoch` are a suffix,
-        // found without a look at the others or at the map. A key removed and written again
-        // since is among both the removals and the entries (it may be removed more than once
-        // too): a restore applies removals first, so it ends as written.
-        let first = group.removed.partition_point(|(_, e)| *e <= since_epoch);
-        let removed = group.removed.range(first..);
-        append(&(removed.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
-        for (key, _) in removed {
-            append(key, out.bytes()).map_err(|e| error(format!("key: {e}")))?;
-            out.entry_end();
-        }
-        // Picked by their epochs alone (the group may be large and mostly unchanged) and encoded
-        // in one pass, their count set once known.
-        let count_at = out.count_placeholder();
-        let mut count = 0;
-        for (key, entry) in group.entries.written_after(since_epoch) {
-            encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
-            count += 1;
-        }
-        out.set_count(count_at, count).map_err(error)
-    }
-
-    fn num_entries(&self) -> usize {
-        self.groups.iter().flatten().map(|g| g.entries.len()).sum()
-    }
-
-    fn release_key_group(&mut self, key_group: u32) {
-        if let Some(i) = self.slot(key_group) {
-            self.groups[i] = None;
-        }
-    }
-}
-
-/// Appends one `key, entry` to `out`, which may start a new chunk after it.
-#[inline]
-fn encode_entry<K: Key, E, C: EntryCodec<Entry = E>>(
-    key: &K,
-    entry: &E,
-    out: &mut EncodeBuffer,
-) -> Result<(), String> {
-    append(key, out.bytes()).map_err(|e| format!("key: {e}"))?;
-    C::encode(entry, out.bytes()).map_err(|e| format!("value: {e}"))?;
-    out.entry_end();
-    Ok(())
-}
-
-impl<K, E, C> FrozenKeyGroups<K, E, C> {
-    fn encode_error(&self, key_group: u32, reason: String) -> StateError {
-        StateError::Encode(format!(
-            "state table '{}', key group {key_group}: {reason}",
-            self.name
-        ))
-    }
-
-    fn group(&self, key_group: u32) -> Result<&Group<K, E>, StateError> {
-        let i = self.slot(key_group).ok_or_else(|| {
-            self.encode_error(
-                key_group,
-                format!("outside the table's key groups {}", self.range),
-            )
-        })?;
-        self.groups[i].as_deref().ok_or_else(|| {
-            self.encode_error(key_group, "already released by this snapshot".to_string())
-        })
     }
 }

@@ -18,7 +18,7 @@
 //! [`encode_key_group_delta`]: crate::frozen_table::FrozenTable::encode_key_group_delta
 //!
 //! Invariant: `groups.len() == last_modified.len() == range.len()` once initialised, and
-//! `groups[i]` (its map and its pending changes) holds exactly the keys whose key group is
+//! `groups[i]` (its entries and its pending changes) holds exactly the keys whose key group is
 //! `range.start + i`.
 
 use crate::entry_codec::{take, take_len, EntryCodec};
@@ -40,7 +40,7 @@ mod slot;
 pub(crate) use frozen::FrozenKeyGroups;
 use slot::{Change, Slot};
 
-/// The per-key-group maps of one keyed state table, with copy-on-write snapshots.
+/// The per-key-group entries of one keyed state table, with copy-on-write snapshots.
 ///
 /// `E` is the stored entry type, `C` the codec that (de)serialises it (`C::Entry == E`). They are
 /// separate parameters so that the state types need no trait bounds in their definitions.
@@ -114,9 +114,9 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         self.groups[self.index(key.key_group)].get(key.key)
     }
 
-    /// The key group for writing: marks it modified and moves pending changes into its map if
-    /// no snapshot shares it any more. Returns the slot and whether its map can be written in
-    /// place.
+    /// The key group for writing: marks it modified and moves pending changes into its entries
+    /// if no snapshot shares it any more. Returns the slot and whether its entries can be
+    /// written in place.
     #[inline]
     fn slot_for_write(&mut self, key_group: u32) -> (&mut Slot<K, E>, bool) {
         let (i, direct) = self.settled(key_group);
@@ -124,8 +124,8 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         (&mut self.groups[i], direct)
     }
 
-    /// The index of the key group, with pending changes moved into its map if no snapshot
-    /// shares it any more, and whether its map can be written in place. Unlike
+    /// The index of the key group, with pending changes moved into its entries if no snapshot
+    /// shares it any more, and whether they can be written in place. Unlike
     /// [`slot_for_write`](Self::slot_for_write) it does not mark the group modified: for a
     /// write that may find nothing to change.
     #[inline]
@@ -375,23 +375,24 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         self.groups.iter().any(|s| s.base.group().compact_above > 0)
     }
 
-    /// The number of key groups whose map a snapshot still shares.
+    /// The number of key groups a snapshot still shares.
     #[cfg(test)]
     pub(crate) fn groups_shared_count(&self) -> usize {
         self.groups.iter().filter(|s| s.base.is_shared()).count()
     }
 
     /// The number of keys written while a snapshot shared their key group, not yet moved into
-    /// its map.
+    /// its entries.
     #[cfg(test)]
     pub(crate) fn pending_changes(&self) -> usize {
         self.groups.iter().map(|s| s.changes.len()).sum()
     }
 
-    /// The synchronous snapshot: clones one `Arc` per key group, then starts a new epoch.
+    /// The synchronous snapshot: shares each key group (one `Arc` each), then starts a new
+    /// epoch.
     ///
     /// A key group still holding changes made while the previous snapshot was being written
-    /// first takes them into its map: in place once that snapshot let go of it (what it
+    /// first takes them into its entries: in place once that snapshot let go of it (what it
     /// usually has), else into a copy.
     pub(crate) fn freeze(&mut self) -> FrozenKeyGroups<K, E, C> {
         for slot in &mut self.groups {

@@ -75,9 +75,9 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
 
     fn encode_key_group(&self, key_group: u32, out: &mut EncodeBuffer) -> Result<(), StateError> {
         let error = |reason: String| self.encode_error(key_group, reason);
-        let map = &self.group(key_group)?.entries;
-        append(&(map.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
-        for (key, entry) in map.iter() {
+        let entries = &self.group(key_group)?.entries;
+        append(&(entries.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
+        for (key, entry) in entries.iter() {
             encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
         }
         Ok(())
@@ -97,7 +97,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
             )));
         }
         // Removals are in the order of their epochs: the ones since `since_epoch` are a suffix,
-        // found without a look at the others or at the map. A key removed and written again
+        // found without a look at the others or at the entries. A key removed and written again
         // since is among both the removals and the entries (it may be removed more than once
         // too): a restore applies removals first, so it ends as written.
         let first = group.removed.partition_point(|(_, e)| *e <= since_epoch);

@@ -6,7 +6,7 @@ use crate::key::Key;
 use hashbrown::hash_map::RawEntryMut;
 use hashbrown::HashMap;
 
-/// A change made to a key while a snapshot shared its key group's map (see [`Slot`]).
+/// A change made to a key while a snapshot shared its key group (see [`Slot`]).
 pub(super) enum Change<E> {
     /// Set to this entry, last written in this epoch.
     Set(E, u64),
@@ -14,13 +14,14 @@ pub(super) enum Change<E> {
     Removed(u64),
 }
 
-/// A key group of the live table: its map, and the changes made while a snapshot shared it.
+/// A key group of the live table: its entries, and the changes made while a snapshot shared
+/// it.
 ///
-/// While an asynchronous snapshot holds `base`, a write does not copy the whole map: the key it
-/// writes gets its entry copied into `changes` (copy-on-write by entry), and reads look there
-/// first. Once no snapshot holds `base` any more, the next write to the key group — or the next
-/// snapshot — moves the changes into it: work in proportion to the keys written meanwhile, not
-/// to the state.
+/// While an asynchronous snapshot holds `base`, a write does not copy the whole key group: the
+/// key it writes gets its entry copied into `changes` (copy-on-write by entry), and reads look
+/// there first. Once no snapshot holds `base` any more, the next write to the key group — or
+/// the next snapshot — moves the changes into it: work in proportion to the keys written
+/// meanwhile, not to the state.
 // Invariant: a key in `changes` shadows its entry in `base`; `changes` is non-empty only while
 // `base` is, or was when they were made, shared with a snapshot.
 pub(super) struct Slot<K, E> {

@@ -35,6 +35,10 @@ pub struct ExecutionConfig {
     pub channel_capacity: usize,
     /// The longest a record waits in a partly filled batch.
     pub buffer_timeout: Duration,
+    /// Workers for the asynchronous part of snapshots (see [`crate::snapshot`]). A worker spends
+    /// much of a snapshot waiting on `fsync`; while every worker waits, the next subtask's
+    /// frozen key groups wait with them, and the task's writes to those take the slower
+    /// copy-on-write path. Four workers keep one free for encoding in practice.
     pub snapshot_threads: usize,
     pub restart: RestartStrategy,
     pub failure_injection: Option<FailureInjection>,
@@ -66,7 +70,7 @@ impl Default for ExecutionConfig {
             batch_size: 1024,
             channel_capacity: 8,
             buffer_timeout: Duration::from_millis(100),
-            snapshot_threads: 2,
+            snapshot_threads: 4,
             restart: RestartStrategy::None,
             failure_injection: None,
             savepoint_dir: None,

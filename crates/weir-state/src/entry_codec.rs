@@ -1,15 +1,15 @@
 //! How one key's entry of each kind of keyed state is written to and read from snapshot bytes.
 //!
-//! Every value is in `postcard`'s format (compact varint encoding, no field names), written by
-//! [`crate::postcard_append`] and read by `postcard`. A key group's
+//! Every value goes through `postcard` (compact varint encoding, no field names). A key group's
 //! bytes are `count` then `count` times `key, entry`, where an entry is a value (value state), a
 //! length-prefixed sequence of values (list state) or of `(user key, user value)` pairs (map
 //! state). Readers never trust a length: collections grow as elements actually decode.
 
 use crate::frozen_table::TableKind;
-use crate::postcard_append::push_varint;
 use hashbrown::HashMap;
+use postcard::ser_flavors::Flavor;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
@@ -46,7 +46,7 @@ impl<V: crate::Value> EntryCodec for ListCodec<V> {
     type Entry = Vec<V>;
     const KIND: TableKind = TableKind::List;
     fn encode(entry: &Vec<V>, out: &mut Vec<u8>) -> postcard::Result<()> {
-        push_varint(out, entry.len() as u64);
+        append(&(entry.len() as u64), out)?;
         entry.iter().try_for_each(|v| append(v, out))
     }
     fn decode(input: &[u8]) -> postcard::Result<(Vec<V>, &[u8])> {
@@ -75,7 +75,7 @@ where
     type Entry = HashMap<UK, UV>;
     const KIND: TableKind = TableKind::Map;
     fn encode(entry: &HashMap<UK, UV>, out: &mut Vec<u8>) -> postcard::Result<()> {
-        push_varint(out, entry.len() as u64);
+        append(&(entry.len() as u64), out)?;
         entry.iter().try_for_each(|(k, v)| {
             append(k, out)?;
             append(v, out)
@@ -100,7 +100,11 @@ where
     }
 }
 
-pub use crate::postcard_append::append;
+/// Appends the postcard encoding of `value` to `out`, without an intermediate buffer (bytes
+/// go in with `push` and `extend_from_slice`, not one `Extend` call per byte).
+pub fn append<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> postcard::Result<()> {
+    postcard::serialize_with_flavor(value, AppendToVec(out))
+}
 
 /// Reads a postcard varint length.
 pub(crate) fn take_len(input: &[u8]) -> postcard::Result<(usize, &[u8])> {
@@ -112,4 +116,41 @@ pub(crate) fn take_len(input: &[u8]) -> postcard::Result<(usize, &[u8])> {
 /// Reads one postcard value.
 pub(crate) fn take<T: DeserializeOwned>(input: &[u8]) -> postcard::Result<(T, &[u8])> {
     postcard::take_from_bytes(input)
+}
+
+struct AppendToVec<'a>(&'a mut Vec<u8>);
+
+impl Flavor for AppendToVec<'_> {
+    type Output = ();
+
+    #[inline]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        // Most slices are varints, 1 to 10 bytes: with the length a constant in each arm, the
+        // copy is a few moves instead of a call to `memcpy`.
+        let out = &mut *self.0;
+        match data.len() {
+            1 => out.push(data[0]),
+            2 => out.extend_from_slice(&data[..2]),
+            3 => out.extend_from_slice(&data[..3]),
+            4 => out.extend_from_slice(&data[..4]),
+            5 => out.extend_from_slice(&data[..5]),
+            6 => out.extend_from_slice(&data[..6]),
+            7 => out.extend_from_slice(&data[..7]),
+            8 => out.extend_from_slice(&data[..8]),
+            9 => out.extend_from_slice(&data[..9]),
+            10 => out.extend_from_slice(&data[..10]),
+            _ => out.extend_from_slice(data),
+        }
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
 }

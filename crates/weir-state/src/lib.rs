@@ -77,7 +77,6 @@ mod keyed_table;
 mod list_state;
 mod map_state;
 pub mod operator_state;
-mod postcard_append;
 pub mod snapshot_format;
 mod snapshot_reader;
 mod state_set;

@@ -9,6 +9,12 @@
 //!
 //! A removal moves the last entry into the freed position (with its epoch: its contents did not
 //! change), so the vector stays dense and positions are not stable across removals.
+//!
+//! A key added in the current epoch is marked so in its epoch ([`NEW`]) until the next
+//! snapshot: no snapshot holds it, so its removal needs no tombstone
+//! ([`is_new`](EntryTable::is_new)). Jobs whose keys live shorter than a checkpoint interval —
+//! Nexmark's auctions, timers that fire within the interval — would otherwise record (and
+//! write into every delta) a removal for almost every key they ever had.
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::hash::{BuildHasher, Hash};
@@ -19,9 +25,16 @@ pub(crate) enum Found {
     Missing(u64),
 }
 
+/// Marks an epoch in `EntryTable::written`: the key was added in that epoch, after the last
+/// snapshot was taken. Epochs count snapshots and stay far below this bit.
+const NEW: u64 = 1 << 63;
+
 /// The entries of one key group, each with the epoch of its last write.
 // Invariant: `entries.len() == written.len() == index.len()`, and `index` holds each position
-// `0..entries.len()` exactly once, under the hash of the key at that position.
+// `0..entries.len()` exactly once, under the hash of the key at that position. An entry written
+// `e | NEW` was absent from the table at some moment of epoch `e` after which it was only
+// written in place: removing it in epoch `e` restores a state the recorded removals already
+// describe.
 #[derive(Clone)]
 pub(crate) struct EntryTable<K, E> {
     index: HashTable<u32>,
@@ -96,11 +109,22 @@ impl<K: Hash + Eq, E> EntryTable<K, E> {
         matches!(self.find(key), Found::At(_))
     }
 
-    /// The entry at `position` (from [`find`](Self::find)), marked written in `epoch`.
+    /// The entry at `position` (from [`find`](Self::find)), marked written in `epoch` (still
+    /// new if it was added in `epoch`).
     #[inline]
     pub(crate) fn write_at(&mut self, position: usize, epoch: u64) -> &mut E {
-        self.written[position] = epoch;
+        let written = &mut self.written[position];
+        if *written != epoch | NEW {
+            *written = epoch;
+        }
         &mut self.entries[position].1
+    }
+
+    /// Whether the entry at `position` was added in `epoch`, the current one: no snapshot taken
+    /// so far holds it, and removing it needs no tombstone.
+    #[inline]
+    pub(crate) fn is_new(&self, position: usize, epoch: u64) -> bool {
+        self.written[position] == epoch | NEW
     }
 
     /// The entry at `position`, not marked written.
@@ -109,9 +133,23 @@ impl<K: Hash + Eq, E> EntryTable<K, E> {
         &self.entries[position].1
     }
 
-    /// Adds `key`, which [`find`](Self::find) found missing with `hash`; returns its position.
+    /// Adds `key`, which [`find`](Self::find) found missing with `hash`, as written in `epoch`
+    /// (restored, or moved in from changes made while a snapshot shared the table); returns its
+    /// position.
     #[inline]
     pub(crate) fn push(&mut self, hash: u64, key: K, entry: E, epoch: u64) -> usize {
+        self.push_written(hash, key, entry, epoch)
+    }
+
+    /// [`push`](Self::push) for a key added in `epoch`, the current one: it is
+    /// [new](Self::is_new) until the next snapshot.
+    #[inline]
+    pub(crate) fn push_new(&mut self, hash: u64, key: K, entry: E, epoch: u64) -> usize {
+        self.push_written(hash, key, entry, epoch | NEW)
+    }
+
+    #[inline]
+    fn push_written(&mut self, hash: u64, key: K, entry: E, written: u64) -> usize {
         let i = self.entries.len();
         let EntryTable {
             index,
@@ -123,7 +161,7 @@ impl<K: Hash + Eq, E> EntryTable<K, E> {
             hasher.hash_one(&entries[j as usize].0)
         });
         entries.push((key, entry));
-        self.written.push(epoch);
+        self.written.push(written);
         i
     }
 
@@ -176,18 +214,24 @@ impl<K: Hash + Eq, E> EntryTable<K, E> {
         }
     }
 
-    /// Replaces the entry at `position` by `f(entry)`, written in `epoch`, or removes it if `f`
-    /// returns `None` (then returns the key, for the caller to remember the removal).
+    /// Replaces the entry at `position` by `f(entry)`, written in `epoch` (still new if it was
+    /// added in `epoch`), or removes it if `f` returns `None` (then returns the key, for the
+    /// caller to remember the removal unless the entry [was new](Self::is_new)).
     pub(crate) fn replace_at(
         &mut self,
         position: usize,
         epoch: u64,
         f: impl FnOnce(E) -> Option<E>,
     ) -> Option<K> {
+        let written = if self.is_new(position, epoch) {
+            epoch | NEW
+        } else {
+            epoch
+        };
         let (hash, (key, old)) = self.take_at(position);
         match f(old) {
             Some(new) => {
-                self.push(hash, key, new, epoch);
+                self.push_written(hash, key, new, written);
                 None
             }
             None => Some(key),
@@ -204,7 +248,7 @@ impl<K: Hash + Eq, E> EntryTable<K, E> {
         self.written
             .iter()
             .zip(&self.entries)
-            .filter(move |(written, _)| **written > epoch)
+            .filter(move |(written, _)| **written & !NEW > epoch)
             .map(|(_, (k, e))| (k, e))
     }
 }
@@ -217,7 +261,10 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
+        /// As a restore or a merge of changes does: never new.
         Insert(u8, u32),
+        /// As a task's write does: new if the key is missing.
+        Write(u8, u32),
         Remove(u8),
         Replace(u8, Option<u32>),
         NextEpoch,
@@ -225,7 +272,8 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (any::<u8>(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            2 => (any::<u8>(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            3 => (any::<u8>(), any::<u32>()).prop_map(|(k, v)| Op::Write(k, v)),
             3 => any::<u8>().prop_map(Op::Remove),
             2 => (any::<u8>(), any::<Option<u32>>()).prop_map(|(k, v)| Op::Replace(k, v)),
             1 => Just(Op::NextEpoch),
@@ -233,8 +281,14 @@ mod tests {
     }
 
     /// Checks the table against `model` (key → entry, epoch of its last write), and every
-    /// position of the index against the key it holds.
-    fn check(table: &EntryTable<u8, u32>, model: &HashMap<u8, (u32, u64)>, epoch: u64) {
+    /// position of the index against the key it holds; and which keys are new against `added`
+    /// (key → the epoch it was added in by a write of a missing key).
+    fn check(
+        table: &EntryTable<u8, u32>,
+        model: &HashMap<u8, (u32, u64)>,
+        added: &HashMap<u8, u64>,
+        epoch: u64,
+    ) {
         assert_eq!(table.len(), model.len());
         assert_eq!(table.index.len(), table.entries.len());
         assert_eq!(table.written.len(), table.entries.len());
@@ -245,6 +299,11 @@ mod tests {
             assert!(
                 matches!(table.find(key), Found::At(at) if at == i),
                 "position {i}"
+            );
+            assert_eq!(
+                table.is_new(i, epoch),
+                added.get(key) == Some(&epoch),
+                "key {key} new in epoch {epoch}"
             );
         }
         let mut sinces = [0, epoch / 2, epoch - 1];
@@ -264,13 +323,15 @@ mod tests {
 
     proptest! {
         /// Whatever the writes and removals, the table holds what a map would, each entry with
-        /// the epoch of its last write, and the index finds every key where it lies.
+        /// the epoch of its last write, the index finds every key where it lies, and a key is
+        /// new exactly in the epoch a write added it in.
         #[test]
         fn the_table_holds_what_a_map_would_with_the_epoch_of_each_last_write(
             ops in proptest::collection::vec(op(), 0..400)
         ) {
             let mut table = EntryTable::default();
             let mut model = HashMap::new();
+            let mut added = HashMap::new();
             let mut epoch = 1;
             for op in ops {
                 match op {
@@ -278,8 +339,19 @@ mod tests {
                         table.insert(k, v, epoch);
                         model.insert(k, (v, epoch));
                     }
+                    Op::Write(k, v) => {
+                        match table.find(&k) {
+                            Found::At(i) => *table.write_at(i, epoch) = v,
+                            Found::Missing(hash) => {
+                                table.push_new(hash, k, v, epoch);
+                                added.insert(k, epoch);
+                            }
+                        }
+                        model.insert(k, (v, epoch));
+                    }
                     Op::Remove(k) => {
                         prop_assert_eq!(table.remove(&k), model.remove(&k).map(|(v, _)| (k, v)));
+                        added.remove(&k);
                     }
                     Op::Replace(k, v) => {
                         if let Found::At(i) = table.find(&k) {
@@ -287,16 +359,19 @@ mod tests {
                             prop_assert_eq!(removed, v.is_none().then_some(k));
                             match v {
                                 Some(v) => model.insert(k, (v, epoch)),
-                                None => model.remove(&k),
+                                None => {
+                                    added.remove(&k);
+                                    model.remove(&k)
+                                }
                             };
                         }
                     }
                     Op::NextEpoch => epoch += 1,
                 }
-                check(&table, &model, epoch);
+                check(&table, &model, &added, epoch);
             }
             let copy = table.clone();
-            check(&copy, &model, epoch);
+            check(&copy, &model, &added, epoch);
         }
     }
 

@@ -13,7 +13,8 @@
 //! remembers the keys removed since the last completed checkpoint's snapshot (at most
 //! [`TOMBSTONE_EPOCHS`] epochs back): the changes of a key group since an earlier snapshot are
 //! then the entries written, and the keys removed, after its epoch (see
-//! [`encode_key_group_delta`]).
+//! [`encode_key_group_delta`]). A key added and removed between two snapshots leaves no removal
+//! behind: no snapshot held it.
 //!
 //! [`encode_key_group_delta`]: crate::frozen_table::FrozenTable::encode_key_group_delta
 //!
@@ -182,7 +183,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             match entries.find(key.key) {
                 Found::At(i) => *entries.write_at(i, epoch) = entry,
                 Found::Missing(hash) => {
-                    entries.push(hash, key.key.clone(), entry, epoch);
+                    entries.push_new(hash, key.key.clone(), entry, epoch);
                 }
             }
             return;
@@ -210,7 +211,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             let entries = &mut slot.direct().entries;
             let i = match entries.find(key.key) {
                 Found::At(i) => i,
-                Found::Missing(hash) => entries.push(hash, key.key.clone(), default(), epoch),
+                Found::Missing(hash) => entries.push_new(hash, key.key.clone(), default(), epoch),
             };
             return entries.write_at(i, epoch);
         }
@@ -250,13 +251,16 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             let group = slot.direct();
             match group.entries.find(key.key) {
                 Found::At(i) => {
+                    let new = group.entries.is_new(i, epoch);
                     if let Some(removed) = group.entries.replace_at(i, epoch, |old| f(Some(old))) {
-                        group.tombstone(removed, epoch, needed_after);
+                        if !new {
+                            group.tombstone(removed, epoch, needed_after);
+                        }
                     }
                 }
                 Found::Missing(hash) => {
                     if let Some(new) = f(None) {
-                        group.entries.push(hash, key.key.clone(), new, epoch);
+                        group.entries.push_new(hash, key.key.clone(), new, epoch);
                     }
                 }
             }
@@ -286,8 +290,14 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         if direct {
             // In place: one lookup, the group marked modified only if the key was there.
             let group = slot.direct();
-            let (k, entry) = group.entries.remove(key.key)?;
-            group.tombstone(k, epoch, needed_after);
+            let Found::At(position) = group.entries.find(key.key) else {
+                return None;
+            };
+            let new = group.entries.is_new(position, epoch);
+            let (k, entry) = group.entries.remove_at(position);
+            if !new {
+                group.tombstone(k, epoch, needed_after);
+            }
             self.last_modified[i] = epoch;
             return Some(entry);
         }
@@ -333,8 +343,11 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             };
             let result = f(group.entries.write_at(i, epoch));
             if C::is_empty(group.entries.at(i)) {
+                let new = group.entries.is_new(i, epoch);
                 let (k, _) = group.entries.remove_at(i);
-                group.tombstone(k, epoch, needed_after);
+                if !new {
+                    group.tombstone(k, epoch, needed_after);
+                }
             }
             return Some(result);
         }

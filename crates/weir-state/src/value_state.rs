@@ -328,13 +328,14 @@ mod tests {
             "no snapshot can need these removals"
         );
 
-        // Once a snapshot exists, later removals are kept for the next delta, and only as long
-        // as a delta can need them.
+        // Once a snapshot holds a key, its removal is kept for the next delta, and only as long
+        // as a delta can need it.
+        for k in 0..1_000u64 {
+            s.set(&CurrentKey::new(&k, MP), k);
+        }
         s.table.freeze();
         for k in 0..1_000u64 {
-            let key = CurrentKey::new(&k, MP);
-            s.set(&key, k);
-            s.clear(&key);
+            s.clear(&CurrentKey::new(&k, MP));
         }
         assert_eq!(s.table.tombstones_len(), 1_000);
         for _ in 0..=crate::TOMBSTONE_EPOCHS {
@@ -346,10 +347,55 @@ mod tests {
     }
 
     #[test]
+    fn keys_added_and_removed_between_two_snapshots_leave_no_removal_behind() {
+        let mut s: ValueState<u64, u64> = ValueState::new("auctions");
+        s.init(MP, KeyGroupRange::new(0, MP));
+        for k in 0..100u64 {
+            s.set(&key(&k), k);
+        }
+        s.table.freeze();
+        // Short-lived keys: added, written again, removed, all before the next snapshot. No
+        // snapshot holds them, so no delta needs their removal.
+        for k in 1_000..11_000u64 {
+            s.set(&key(&k), k);
+            s.update(&key(&k), |v| v.map(|v| v + 1));
+            if k % 2 == 0 {
+                s.clear(&key(&k));
+            } else {
+                s.update(&key(&k), |_| None);
+            }
+        }
+        assert_eq!(s.table.tombstones_len(), 0);
+        // A key the snapshot holds is remembered, also when it is removed, added again and
+        // removed again; a key added in an earlier epoch too.
+        s.set(&key(&20_000), 1);
+        s.clear(&key(&3));
+        s.set(&key(&3), 3);
+        s.clear(&key(&3));
+        assert_eq!(s.table.tombstones_len(), 1);
+        s.table.freeze();
+        s.clear(&key(&20_000));
+        assert_eq!(s.table.tombstones_len(), 2);
+        // Restored keys are held by the snapshot restored from.
+        let mut restored: ValueState<u64, u64> = ValueState::new("auctions");
+        restored.init(MP, KeyGroupRange::new(0, MP));
+        let mut frozen = Vec::new();
+        s.snapshot(&mut frozen);
+        let bytes = crate::encode_keyed_snapshot(&frozen, KeyGroupRange::new(0, MP)).unwrap();
+        let reader = crate::KeyedSnapshotReader::decode(&bytes).unwrap();
+        restored.restore(&reader).unwrap();
+        restored.clear(&key(&5));
+        assert_eq!(restored.table.tombstones_len(), 1);
+    }
+
+    #[test]
     fn a_key_removed_over_and_over_between_snapshots_is_remembered_once() {
         let mut s: ValueState<u64, u64> = ValueState::new("flags");
         s.init(MP, KeyGroupRange::new(0, MP));
-        s.table.freeze(); // removals from now on are kept for the next delta
+        for k in 0..3u64 {
+            s.set(&CurrentKey::new(&k, MP), k);
+        }
+        s.table.freeze(); // removals of these keys from now on are kept for the next delta
         for round in 0..100_000u64 {
             for k in 0..3u64 {
                 let key = CurrentKey::new(&k, MP);
@@ -357,11 +403,8 @@ mod tests {
                 s.clear(&key);
             }
         }
-        assert!(
-            s.table.tombstones_len() <= 3 * (crate::group::MIN_COMPACTION + 1),
-            "{} removals remembered for 3 keys",
-            s.table.tombstones_len()
-        );
+        // The first removal of each key is remembered; after it the key is new in this epoch.
+        assert_eq!(s.table.tombstones_len(), 3);
         // The next delta still holds each removed key.
         let frozen = s.table.freeze();
         let mut removed = 0;
@@ -372,6 +415,35 @@ mod tests {
             removed += count;
         }
         assert!(removed >= 3, "the delta removes every key ({removed})");
+    }
+
+    #[test]
+    fn removals_of_keys_removed_in_many_epochs_are_compacted_to_one_per_key() {
+        // No checkpoint completes, so every removal since the first snapshot stays needed.
+        let mut s: ValueState<u64, u64> = ValueState::new("flags");
+        s.init(1, KeyGroupRange::new(0, 1));
+        let keys = 3_000u64;
+        for _ in 0..20 {
+            for k in 0..keys {
+                s.set(&CurrentKey::new(&k, 1), k);
+            }
+            s.table.freeze();
+            for k in 0..keys {
+                s.clear(&CurrentKey::new(&k, 1));
+            }
+        }
+        assert!(s.table.removals_compacted());
+        assert!(
+            s.table.tombstones_len() < 20 * keys as usize / 2,
+            "{} removals remembered for {keys} keys",
+            s.table.tombstones_len()
+        );
+        // The next delta since the first snapshot still removes every key.
+        let frozen = s.table.freeze();
+        let mut bytes = crate::EncodeBuffer::contiguous(Vec::new());
+        frozen.encode_key_group_delta(0, 0, &mut bytes).unwrap();
+        let (removed, _): (u64, _) = postcard::take_from_bytes(&bytes.into_bytes()).unwrap();
+        assert!(removed >= keys, "the delta removes every key ({removed})");
     }
 
     #[test]
@@ -451,7 +523,8 @@ mod tests {
             s.set(&CurrentKey::new(&k, MP), k); // the first write to each group prunes them
         }
         assert_eq!(s.table.tombstones_len(), 0);
-        // Removals after the confirmed snapshot are kept.
+        // Removals after the confirmed snapshot are kept (of keys a snapshot holds).
+        s.table.freeze();
         s.clear(&CurrentKey::new(&3, MP));
         assert_eq!(s.table.tombstones_len(), 1);
     }

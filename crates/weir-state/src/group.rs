@@ -69,6 +69,34 @@ impl<K: Key, E> Group<K, E> {
         }
     }
 
+    /// Removes the entry at `position` in `epoch` (the current one), remembering the removal
+    /// unless the key was added in this epoch: no snapshot holds it, so no delta needs it.
+    pub(crate) fn remove_at(&mut self, position: usize, epoch: u64, needed_after: u64) -> E {
+        let new = self.entries.is_new(position, epoch);
+        let (key, entry) = self.entries.remove_at(position);
+        if !new {
+            self.tombstone(key, epoch, needed_after);
+        }
+        entry
+    }
+
+    /// [`EntryTable::replace_at`] in `epoch` (the current one), remembering a removal as
+    /// [`remove_at`](Self::remove_at) does.
+    pub(crate) fn replace_at(
+        &mut self,
+        position: usize,
+        epoch: u64,
+        needed_after: u64,
+        f: impl FnOnce(E) -> Option<E>,
+    ) {
+        let new = self.entries.is_new(position, epoch);
+        if let Some(key) = self.entries.replace_at(position, epoch, f) {
+            if !new {
+                self.tombstone(key, epoch, needed_after);
+            }
+        }
+    }
+
     /// Remembers that `key` was removed in `epoch`, first forgetting removals no delta can
     /// need any more.
     ///

@@ -250,14 +250,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         if direct {
             let group = slot.direct();
             match group.entries.find(key.key) {
-                Found::At(i) => {
-                    let new = group.entries.is_new(i, epoch);
-                    if let Some(removed) = group.entries.replace_at(i, epoch, |old| f(Some(old))) {
-                        if !new {
-                            group.tombstone(removed, epoch, needed_after);
-                        }
-                    }
-                }
+                Found::At(i) => group.replace_at(i, epoch, needed_after, |old| f(Some(old))),
                 Found::Missing(hash) => {
                     if let Some(new) = f(None) {
                         group.entries.push_new(hash, key.key.clone(), new, epoch);
@@ -293,11 +286,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             let Found::At(position) = group.entries.find(key.key) else {
                 return None;
             };
-            let new = group.entries.is_new(position, epoch);
-            let (k, entry) = group.entries.remove_at(position);
-            if !new {
-                group.tombstone(k, epoch, needed_after);
-            }
+            let entry = group.remove_at(position, epoch, needed_after);
             self.last_modified[i] = epoch;
             return Some(entry);
         }
@@ -343,11 +332,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             };
             let result = f(group.entries.write_at(i, epoch));
             if C::is_empty(group.entries.at(i)) {
-                let new = group.entries.is_new(i, epoch);
-                let (k, _) = group.entries.remove_at(i);
-                if !new {
-                    group.tombstone(k, epoch, needed_after);
-                }
+                group.remove_at(i, epoch, needed_after);
             }
             return Some(result);
         }

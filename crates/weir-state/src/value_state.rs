@@ -170,6 +170,16 @@ mod tests {
         s
     }
 
+    /// A table named `name` over `MP` key groups holding `k → k` for the first `keys` keys.
+    fn identity(name: &str, keys: u64) -> ValueState<u64, u64> {
+        let mut s = ValueState::new(name);
+        s.init(MP, KeyGroupRange::new(0, MP));
+        for k in 0..keys {
+            s.set(&key(&k), k);
+        }
+        s
+    }
+
     #[test]
     fn set_then_get_returns_the_value_and_overwrites_replace_it() {
         let mut s = state();
@@ -250,11 +260,7 @@ mod tests {
 
     #[test]
     fn writes_while_a_snapshot_is_held_copy_entries_and_leave_the_snapshot_as_it_was() {
-        let mut s: ValueState<u64, u64> = ValueState::new("v");
-        s.init(MP, KeyGroupRange::new(0, MP));
-        for k in 0..1_000u64 {
-            s.set(&key(&k), k);
-        }
+        let mut s = identity("v", 1_000);
         let frozen = s.table.freeze();
         // Every kind of write, while the snapshot shares every key group.
         for k in 0..100u64 {
@@ -348,11 +354,7 @@ mod tests {
 
     #[test]
     fn keys_added_and_removed_between_two_snapshots_leave_no_removal_behind() {
-        let mut s: ValueState<u64, u64> = ValueState::new("auctions");
-        s.init(MP, KeyGroupRange::new(0, MP));
-        for k in 0..100u64 {
-            s.set(&key(&k), k);
-        }
+        let mut s = identity("auctions", 100);
         s.table.freeze();
         // Short-lived keys: added, written again, removed, all before the next snapshot. No
         // snapshot holds them, so no delta needs their removal.
@@ -390,11 +392,7 @@ mod tests {
 
     #[test]
     fn a_key_removed_over_and_over_between_snapshots_is_remembered_once() {
-        let mut s: ValueState<u64, u64> = ValueState::new("flags");
-        s.init(MP, KeyGroupRange::new(0, MP));
-        for k in 0..3u64 {
-            s.set(&CurrentKey::new(&k, MP), k);
-        }
+        let mut s = identity("flags", 3);
         s.table.freeze(); // removals of these keys from now on are kept for the next delta
         for round in 0..100_000u64 {
             for k in 0..3u64 {
@@ -503,11 +501,7 @@ mod tests {
 
     #[test]
     fn removals_up_to_the_confirmed_snapshot_are_left_out_of_the_next_copy() {
-        let mut s: ValueState<u64, u64> = ValueState::new("windows");
-        s.init(MP, KeyGroupRange::new(0, MP));
-        for k in 0..1_000u64 {
-            s.set(&CurrentKey::new(&k, MP), k);
-        }
+        let mut s = identity("windows", 1_000);
         s.table.freeze(); // epoch 0
         for k in 0..1_000u64 {
             s.clear(&CurrentKey::new(&k, MP)); // removed in epoch 1

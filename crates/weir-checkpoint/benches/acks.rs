@@ -103,6 +103,7 @@ impl Bench {
                     checksum: 0,
                     kind: HandleKind::Operator,
                     shared: false,
+                    inline: None,
                 }]),
                 metrics: AckMetrics {
                     sync_duration_ms: 1,

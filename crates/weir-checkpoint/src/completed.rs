@@ -58,6 +58,7 @@ mod tests {
             checksum: 0,
             kind: HandleKind::Operator,
             shared,
+            inline: None,
         }
     }
 

@@ -167,6 +167,7 @@ mod tests {
                 checksum: 0,
                 kind: HandleKind::Operator,
                 shared: true,
+                inline: None,
             })
             .collect();
         handles.push(StateHandle {
@@ -175,6 +176,7 @@ mod tests {
             checksum: 0,
             kind: HandleKind::Operator,
             shared: false,
+            inline: None,
         });
         let mut states = BTreeMap::new();
         states.insert(

@@ -278,7 +278,7 @@ fn build_job(
         config.snapshot_threads,
         storage.clone(),
         coordinator.clone(),
-        config.checkpoint.incremental,
+        &config.checkpoint,
     );
     let (attempts, attempt_events) = crossbeam_channel::unbounded();
     spawn_report_forwarder(messages, attempt_events, outbox.clone());

@@ -2,7 +2,8 @@
 //!
 //! A Flink user finds the same keys: `execution.checkpointing.interval`, `.timeout`,
 //! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
-//! `.num-retained`, `.dir`, `.incremental`, `pipeline.max-parallelism`, and for `s3://`
+//! `.num-retained`, `.dir`, `.incremental`, `.data-inline-threshold`,
+//! `pipeline.max-parallelism`, and for `s3://`
 //! checkpoint directories `s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
 //! `s3.path.style.access` (as Flink's S3 file systems name them) and `s3.allow-http`, and for
 //! high availability `high-availability.type`, `high-availability.zookeeper.quorum`,
@@ -59,6 +60,7 @@ pub const OPTIONS: &[(&str, &str)] = &[
     ("execution.checkpointing.num-retained", "3"),
     ("execution.checkpointing.dir", "./weir-data/checkpoints"),
     ("execution.checkpointing.incremental", "true"),
+    ("execution.checkpointing.data-inline-threshold", "20 kb"),
     (
         "execution.checkpointing.savepoint-dir",
         "(none; weir demo: ./weir-data/savepoints)",
@@ -212,6 +214,13 @@ impl Config {
             .transpose()
     }
 
+    /// A size in bytes, written as Flink writes memory sizes: `20 kb`, `1mb`, `512` (bytes).
+    pub fn get_memory_size(&self, key: &str) -> Result<Option<u64>, ConfigError> {
+        self.get(key)
+            .map(|v| parse_memory_size(v).map_err(|reason| invalid(key, v, reason)))
+            .transpose()
+    }
+
     pub fn get_bool(&self, key: &str) -> Result<Option<bool>, ConfigError> {
         self.get(key)
             .map(|v| match v.to_ascii_lowercase().as_str() {
@@ -263,12 +272,42 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("not a duration ({e}); write it like '500 ms', '1 s' or '10 min'"))
 }
 
+/// Parses a memory size the way Flink writes them: a whole number and an optional unit, `b`
+/// (the default), `kb`, `mb`, `gb` or `tb` (powers of 1024; `k`, `m`, `g`, `t` and the long
+/// names `bytes`, `kibibytes` … too), any case, spaces allowed between them.
+pub fn parse_memory_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let help = "write it like '20 kb', '1 mb' or '512' (bytes)";
+    if number.is_empty() {
+        return Err(format!("not a memory size; {help}"));
+    }
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("too large a memory size; {help}"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" | "bytes" => 0,
+        "k" | "kb" | "kibibytes" => 10,
+        "m" | "mb" | "mebibytes" => 20,
+        "g" | "gb" | "gibibytes" => 30,
+        "t" | "tb" | "tebibytes" => 40,
+        other => return Err(format!("unknown unit '{other}'; {help}")),
+    };
+    number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("too large a memory size; {help}"))
+}
+
 /// EXACTLY_ONCE aligns barriers; AT_LEAST_ONCE does not block channels.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum CheckpointingMode {
     ExactlyOnce,
     AtLeastOnce,
 }
+
+/// The largest `execution.checkpointing.data-inline-threshold` (as Flink's).
+pub const MAX_DATA_INLINE_THRESHOLD: usize = 1 << 20;
 
 /// The checkpointing options, typed and validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -283,6 +322,9 @@ pub struct CheckpointConfig {
     pub num_retained: u32,
     pub dir: PathBuf,
     pub incremental: bool,
+    /// Private state of at most this many bytes (operator state, a manifest, a small
+    /// snapshot) is kept inline in the checkpoint's metadata instead of a file of its own.
+    pub data_inline_threshold: usize,
     /// Completed/failed checkpoints remembered by the stats tracker.
     pub history_size: u32,
     /// How to reach an `s3://` checkpoint directory.
@@ -353,6 +395,7 @@ impl Default for CheckpointConfig {
             num_retained: 3,
             dir: PathBuf::from("./weir-data/checkpoints"),
             incremental: true,
+            data_inline_threshold: 20 * 1024,
             history_size: 10,
             s3: S3Options::default(),
         }
@@ -403,6 +446,10 @@ impl CheckpointConfig {
             incremental: config
                 .get_bool("execution.checkpointing.incremental")?
                 .unwrap_or(d.incremental),
+            data_inline_threshold: config
+                .get_memory_size("execution.checkpointing.data-inline-threshold")?
+                .map_or(Ok(d.data_inline_threshold), usize::try_from)
+                .unwrap_or(usize::MAX),
             history_size: config
                 .get_u32("web.checkpoints.history")?
                 .unwrap_or(d.history_size),
@@ -443,6 +490,13 @@ impl CheckpointConfig {
         if self.num_retained == 0 {
             return fail("num-retained", "0".into(), "must be at least 1");
         }
+        if self.data_inline_threshold > MAX_DATA_INLINE_THRESHOLD {
+            return fail(
+                "data-inline-threshold",
+                format!("{} bytes", self.data_inline_threshold),
+                "must be at most 1 mb (larger state belongs in files, not in the metadata)",
+            );
+        }
         if self.history_size == 0 {
             return Err(invalid(
                 "web.checkpoints.history",
@@ -474,6 +528,50 @@ mod tests {
         assert!(parse_duration("-1 s").unwrap_err().contains("negative"));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn memory_sizes_are_read_as_flink_writes_them() {
+        assert_eq!(parse_memory_size("512").unwrap(), 512);
+        assert_eq!(parse_memory_size("20 kb").unwrap(), 20 * 1024);
+        assert_eq!(parse_memory_size("20kb").unwrap(), 20 * 1024);
+        assert_eq!(parse_memory_size(" 1 MB ").unwrap(), 1 << 20);
+        assert_eq!(parse_memory_size("2g").unwrap(), 2 << 30);
+        assert_eq!(parse_memory_size("0 bytes").unwrap(), 0);
+        assert!(parse_memory_size("20 kilo")
+            .unwrap_err()
+            .contains("unknown unit 'kilo'"));
+        assert!(parse_memory_size("kb")
+            .unwrap_err()
+            .contains("not a memory size"));
+        assert!(parse_memory_size("-1 kb").is_err());
+        assert!(parse_memory_size("1.5 kb").is_err());
+        assert!(parse_memory_size("").is_err());
+        assert!(parse_memory_size("99999999999 tb")
+            .unwrap_err()
+            .contains("too large"));
+    }
+
+    #[test]
+    fn the_data_inline_threshold_defaults_to_20_kb_and_is_at_most_1_mb() {
+        let key = "execution.checkpointing.data-inline-threshold";
+        let read = |value: Option<&str>| {
+            let mut config = Config::new();
+            if let Some(v) = value {
+                config.set(key, v).unwrap();
+            }
+            CheckpointConfig::from_config(&config).map(|c| c.data_inline_threshold)
+        };
+        assert_eq!(read(None).unwrap(), 20 * 1024);
+        assert_eq!(read(Some("0")).unwrap(), 0);
+        assert_eq!(read(Some("1 mb")).unwrap(), 1 << 20);
+        let err = read(Some("2 mb")).unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains("at most 1 mb"), "{err}");
+        let err = read(Some("lots")).unwrap_err().to_string();
+        assert!(
+            err.contains(key) && err.contains("not a memory size"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,22 +12,34 @@ pub enum HandleKind {
     Operator,
 }
 
-/// A pointer to one persisted file of state.
+/// A pointer to one persisted piece of state: a file, or bytes kept inline.
 ///
 /// `path` is relative to the job's checkpoint root and uses `/` as separator, so a checkpoint
-/// directory can be moved without rewriting its metadata.
+/// directory can be moved without rewriting its metadata. Private state smaller than
+/// `execution.checkpointing.data-inline-threshold` is not written to a file of its own: its
+/// bytes travel in the handle (`inline`) into the checkpoint's `_metadata`, and `path` is only
+/// its name (the file it would have been), for messages and tools.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub struct StateHandle {
     pub path: String,
-    /// Size of the file in bytes.
+    /// Size of the state in bytes.
     pub size: u64,
-    /// CRC-32C of the file's bytes, verified on every read.
+    /// CRC-32C of the state's bytes, verified on every read.
     pub checksum: u32,
     pub kind: HandleKind,
     /// A shared file may be referenced by several checkpoints (incremental checkpoints); it is
     /// deleted only when no retained checkpoint references it. A private file belongs to the
-    /// one checkpoint whose directory holds it.
+    /// one checkpoint whose directory holds it. Inline state is always private.
     pub shared: bool,
+    /// The state itself when it is kept in the metadata instead of a file.
+    pub inline: Option<Vec<u8>>,
+}
+
+impl StateHandle {
+    /// Whether the state has a file of its own (it is not inline).
+    pub fn is_file(&self) -> bool {
+        self.inline.is_none()
+    }
 }
 
 /// Everything one subtask persisted for one checkpoint.

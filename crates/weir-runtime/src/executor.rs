@@ -282,7 +282,7 @@ fn run_job(
         config.snapshot_threads,
         storage.clone(),
         coordinator_tx.clone(),
-        config.checkpoint.incremental,
+        &config.checkpoint,
     );
 
     let job = JobId::from_name(&graph.name);

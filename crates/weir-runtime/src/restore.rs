@@ -146,7 +146,7 @@ pub fn subtask_state(
                     .map_err(|e| located(storage, metadata, e))?;
                 operator.push(
                     OperatorStateSnapshot::decode(&bytes)
-                        .map_err(|e| unusable(storage, metadata, &handle.path, e))?,
+                        .map_err(|e| unusable(storage, metadata, handle, e))?,
                 );
             }
         }
@@ -185,7 +185,7 @@ pub fn read_keyed_state(
                     let bytes = storage
                         .read_state_file(handle)
                         .map_err(|e| located(storage, metadata, e))?;
-                    let unusable = |e| unusable(storage, metadata, &handle.path, e);
+                    let unusable = |e| unusable(storage, metadata, handle, e);
                     let reader = if is_manifest(&bytes) {
                         let manifest = KeyedManifest::decode(&bytes).map_err(unusable)?;
                         let files = read_chained_files(storage, &manifest, state, key_groups)
@@ -242,13 +242,13 @@ fn located(
 fn unusable(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
-    path: &str,
+    handle: &StateHandle,
     e: weir_state::StateError,
 ) -> JobError {
     JobError::Restore(format!(
         "checkpoint {}: {} is unusable: {e}",
         metadata.checkpoint.id,
-        storage.display(path)
+        storage.display_state(handle)
     ))
 }
 
@@ -280,6 +280,7 @@ fn read_chained_files(
                 checksum: file.checksum,
                 kind: HandleKind::Operator,
                 shared: true,
+                inline: None,
             });
         let bytes = storage.read_state_file(&handle)?;
         files.insert(file.path.clone(), bytes);

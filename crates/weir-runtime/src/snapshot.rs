@@ -6,13 +6,17 @@
 //! snapshot follows the plan its synchronous phase made: only changed key groups are written,
 //! into one new shared file, and a small manifest in the checkpoint's directory chains them
 //! with the blobs of earlier checkpoints. Otherwise every key group is written into one private
-//! file. Any error declines the checkpoint; the subtask keeps running.
+//! file. Private state (a manifest, operator state, a small full snapshot) of at most
+//! `execution.checkpointing.data-inline-threshold` bytes is kept inline in the checkpoint's
+//! metadata instead of a file of its own. Any error declines the checkpoint; the subtask keeps
+//! running.
 
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 use weir_checkpoint::AckMetrics;
+use weir_core::config::CheckpointConfig;
 use weir_core::{CheckpointId, HandleKind, KeyGroupRange, StateHandle, SubtaskId, SubtaskState};
 use weir_state::{
     encode_incremental_releasing, Chain, FrozenTable, KeyedSnapshotPlan, SharedStateFile,
@@ -48,14 +52,26 @@ pub struct SnapshotWorkers {
     handles: Vec<JoinHandle<()>>,
 }
 
+/// How the workers write snapshots, from the checkpoint options.
+#[derive(Clone, Copy, Debug)]
+struct WriteOptions {
+    incremental: bool,
+    inline_threshold: usize,
+}
+
 impl SnapshotWorkers {
-    /// Starts `threads` workers writing to `storage`, incrementally if `incremental`.
+    /// Starts `threads` workers writing to `storage` as `config` says (incrementally or not,
+    /// which private state is kept inline).
     pub fn start(
         threads: usize,
         storage: CheckpointStorage,
         coordinator: Sender<CoordinatorMessage>,
-        incremental: bool,
+        config: &CheckpointConfig,
     ) -> SnapshotWorkers {
+        let options = WriteOptions {
+            incremental: config.incremental,
+            inline_threshold: config.data_inline_threshold,
+        };
         let (sender, receiver) = crossbeam_channel::unbounded::<SnapshotJob>();
         let handles = (0..threads.max(1))
             .map(|i| {
@@ -64,7 +80,7 @@ impl SnapshotWorkers {
                 let coordinator = coordinator.clone();
                 std::thread::Builder::new()
                     .name(format!("weir-snapshot-{i}"))
-                    .spawn(move || work(receiver, storage, coordinator, incremental))
+                    .spawn(move || work(receiver, storage, coordinator, options))
                     .expect("spawn snapshot worker")
             })
             .collect();
@@ -88,14 +104,14 @@ fn work(
     jobs: Receiver<SnapshotJob>,
     storage: CheckpointStorage,
     coordinator: Sender<CoordinatorMessage>,
-    incremental: bool,
+    options: WriteOptions,
 ) {
     for job in jobs {
         let subtask = job.subtask;
         let checkpoint = job.checkpoint;
         let attempt = job.attempt;
         let job_done = job.done.clone();
-        let message = match persist(&storage, incremental, job) {
+        let message = match persist(&storage, options, job) {
             Ok((state, metrics)) => CoordinatorMessage::Ack {
                 attempt,
                 subtask,
@@ -124,7 +140,7 @@ fn work(
 /// Serialises and writes one snapshot; any failure becomes the decline reason.
 fn persist(
     storage: &CheckpointStorage,
-    incremental: bool,
+    options: WriteOptions,
     mut job: SnapshotJob,
 ) -> Result<(SubtaskState, AckMetrics), String> {
     let async_start = Instant::now();
@@ -146,9 +162,9 @@ fn persist(
     let mut new_shared = None;
     if !keyed.is_empty() {
         // Savepoints are written in full: they must stand alone, without shared files.
-        match (plan, incremental && !job.savepoint) {
+        match (plan, options.incremental && !job.savepoint) {
             (Some(plan), true) => {
-                let (s, written) = persist_incremental(storage, &job, keyed, &plan)
+                let (s, written) = persist_incremental(storage, options, &job, keyed, &plan)
                     .map_err(|(what, e)| fail(what, &e))?;
                 state = s;
                 new_shared = written;
@@ -162,7 +178,7 @@ fn persist(
                     key_groups: job.key_groups,
                 };
                 let handle = storage
-                    .write_state_file(path, kind, &bytes)
+                    .write_or_inline_state(path, kind, bytes, options.inline_threshold)
                     .map_err(|e| fail("writing keyed state", &e))?;
                 state = SubtaskState::from_handles(vec![handle]);
             }
@@ -171,7 +187,12 @@ fn persist(
     if let Some(op_state) = &job.snapshot.operator {
         let bytes = op_state.encode();
         let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "op");
-        let handle = match storage.write_state_file(path, HandleKind::Operator, &bytes) {
+        let handle = match storage.write_or_inline_state(
+            path,
+            HandleKind::Operator,
+            bytes,
+            options.inline_threshold,
+        ) {
             Ok(h) => h,
             Err(e) => {
                 if let Some(path) = &new_shared {
@@ -204,6 +225,7 @@ fn discard_unacknowledged(storage: &CheckpointStorage, path: &str) {
 /// earlier shared file the manifest still references (shared, reference-counted).
 fn persist_incremental(
     storage: &CheckpointStorage,
+    options: WriteOptions,
     job: &SnapshotJob,
     mut keyed: Vec<Box<dyn FrozenTable>>,
     plan: &KeyedSnapshotPlan,
@@ -244,13 +266,14 @@ fn persist_incremental(
         }
     };
     let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "keyed");
-    let manifest_handle = match storage.write_state_file(path, kind, &manifest) {
-        Ok(h) => h,
-        Err(e) => {
-            clean_up(&written);
-            return Err(("writing the keyed state manifest", e.to_string()));
-        }
-    };
+    let manifest_handle =
+        match storage.write_or_inline_state(path, kind, manifest, options.inline_threshold) {
+            Ok(h) => h,
+            Err(e) => {
+                clean_up(&written);
+                return Err(("writing the keyed state manifest", e.to_string()));
+            }
+        };
     let persisted_size = manifest_handle.size + written.iter().map(|h| h.size).sum::<u64>();
     let new_shared = written.first().map(|h| h.path.clone());
     let mut handles = vec![manifest_handle];
@@ -279,6 +302,7 @@ pub fn add_chained_files(handles: &mut Vec<StateHandle>, chains: &[Vec<Chain>], 
                 checksum: blob.file.checksum,
                 kind,
                 shared: true,
+                inline: None,
             });
         }
     }

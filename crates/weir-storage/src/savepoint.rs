@@ -1,8 +1,9 @@
 //! Savepoints: self-contained, relocatable copies of a snapshot.
 //!
-//! A savepoint directory holds its `_metadata` and every state file it references, under
-//! plain file names; the handles inside hold those names, relative to the directory. Moving
-//! or copying the directory keeps it restorable, and checkpoint retention never touches it.
+//! A savepoint directory holds its `_metadata` (with any inline state) and every state file it
+//! references, under plain file names; the handles inside hold those names, relative to the
+//! directory. Moving or copying the directory keeps it restorable, and checkpoint retention
+//! never touches it.
 //!
 //! ```text
 //! <target>/savepoint-<checkpoint id>-<unix ms>/_metadata
@@ -63,7 +64,10 @@ pub fn write_savepoint(
             let bytes = storage.read_state_file(handle)?;
             // Flatten the relative path into one portable file name.
             let name = handle.path.replace('/', "__");
-            write_durably(&dir.join(&name), &bytes)?;
+            // Inline state stays in the metadata (verified above, by that read).
+            if handle.is_file() {
+                write_durably(&dir.join(&name), &bytes)?;
+            }
             handle.path = name;
             handle.shared = false;
         }

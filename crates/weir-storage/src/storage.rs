@@ -121,6 +121,29 @@ impl CheckpointStorage {
         self.write(relative, kind, bytes.to_vec(), false)
     }
 
+    /// Keeps private state of at most `inline_threshold` bytes inline (its handle carries the
+    /// bytes into the checkpoint's `_metadata`: no file to create, sync and delete); writes
+    /// larger state to a private file like [`CheckpointStorage::write_state_file`].
+    pub fn write_or_inline_state(
+        &self,
+        relative: String,
+        kind: HandleKind,
+        bytes: Vec<u8>,
+        inline_threshold: usize,
+    ) -> Result<StateHandle, StorageError> {
+        if bytes.len() > inline_threshold {
+            return self.write(relative, kind, bytes, false);
+        }
+        Ok(StateHandle {
+            path: relative,
+            size: bytes.len() as u64,
+            checksum: crc32c::crc32c(&bytes),
+            kind,
+            shared: false,
+            inline: Some(bytes),
+        })
+    }
+
     /// Writes one shared state file (referenced by later checkpoints, deleted when none
     /// references it) durably from its chunks, written back to back, and returns its handle.
     pub fn write_shared_file(
@@ -140,6 +163,7 @@ impl CheckpointStorage {
             checksum,
             kind,
             shared: true,
+            inline: None,
         })
     }
 
@@ -159,14 +183,19 @@ impl CheckpointStorage {
             checksum,
             kind,
             shared,
+            inline: None,
         })
     }
 
-    /// Reads a state file and verifies its size and checksum against the handle.
+    /// Reads a state file (or takes inline state) and verifies its size and checksum against
+    /// the handle.
     pub fn read_state_file(&self, handle: &StateHandle) -> Result<Vec<u8>, StorageError> {
-        let bytes = self.io.get(&handle.path)?;
+        let bytes = match &handle.inline {
+            Some(bytes) => bytes.clone(),
+            None => self.io.get(&handle.path)?,
+        };
         check_file(
-            &self.display(&handle.path),
+            &self.display_state(handle),
             &bytes,
             handle.size,
             handle.checksum,
@@ -174,12 +203,23 @@ impl CheckpointStorage {
         Ok(bytes)
     }
 
+    /// The name of a handle's state for messages: its file, or its name inline in the metadata.
+    pub fn display_state(&self, handle: &StateHandle) -> String {
+        match handle.inline {
+            None => self.display(&handle.path),
+            Some(_) => format!("{} (inline in _metadata)", handle.path),
+        }
+    }
+
     /// Checks, without reading it, that a state file exists with the size its handle recorded:
     /// catches a missing or truncated file before a restore starts; the checksum is verified
     /// when the file is read.
     pub fn check_state_file_size(&self, handle: &StateHandle) -> Result<(), StorageError> {
-        let size = self.io.size(&handle.path)?;
-        check_size(&self.display(&handle.path), size, handle.size)
+        let size = match &handle.inline {
+            Some(bytes) => bytes.len() as u64,
+            None => self.io.size(&handle.path)?,
+        };
+        check_size(&self.display_state(handle), size, handle.size)
     }
 
     /// Reads any file by its relative path, unverified.

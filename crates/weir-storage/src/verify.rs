@@ -62,7 +62,7 @@ impl CheckpointStorage {
     /// Verifies one state file: size, CRC-32C, and its format's own checks.
     pub fn verify_file(&self, handle: &StateHandle) -> Result<(), StorageError> {
         let bytes = self.read_state_file(handle)?;
-        let path = self.display(&handle.path);
+        let path = self.display_state(handle);
         let corrupt = |e: weir_state::StateError| StorageError::Corrupt {
             path: path.clone(),
             reason: e.to_string(),

@@ -158,3 +158,99 @@ fn a_path_that_is_a_file_is_refused_as_a_checkpoint_directory() {
         .to_string();
     assert!(err.contains("not a directory"), "{err}");
 }
+
+#[test]
+fn private_state_up_to_the_threshold_is_kept_inline_and_round_trips_through_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir);
+    let state = OperatorStateSnapshot {
+        list: vec![("position".into(), vec![42u64.to_le_bytes().to_vec()])],
+        union: vec![],
+    };
+    let bytes = state.encode();
+    let id = CheckpointId(9);
+    let name = |what: &str| CheckpointLayout::state_file(id, "source", 0, what);
+    let at_threshold = bytes.len();
+    let inline = s
+        .write_or_inline_state(
+            name("op"),
+            HandleKind::Operator,
+            bytes.clone(),
+            at_threshold,
+        )
+        .unwrap();
+    assert_eq!(inline.inline.as_deref(), Some(&bytes[..]));
+    assert!(!inline.shared);
+    let file = s
+        .write_or_inline_state(
+            name("op2"),
+            HandleKind::Operator,
+            bytes.clone(),
+            at_threshold - 1,
+        )
+        .unwrap();
+    assert!(file.is_file());
+    let chk = dir.path().join(format!("job/chk-{id}"));
+    let on_disk = |d: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        on_disk(&chk),
+        vec!["source-0.op2"],
+        "no file for inline state"
+    );
+
+    let mut states = BTreeMap::new();
+    states.insert(
+        SubtaskId::new(OperatorId::from_uid("source"), 0),
+        SubtaskState::from_handles(vec![inline.clone(), file]),
+    );
+    let metadata = CheckpointMetadata {
+        job_name: "job".into(),
+        max_parallelism: 128,
+        operators: vec![],
+        checkpoint: CompletedCheckpoint {
+            job: JobId(1),
+            id,
+            kind: CheckpointKind::Checkpoint,
+            trigger_timestamp_ms: 1,
+            completion_timestamp_ms: 2,
+            subtask_states: states,
+        },
+    };
+    s.write_metadata(&metadata).unwrap();
+    let read = s.verify(id).unwrap();
+    assert_eq!(read, metadata);
+    let handle = &read
+        .checkpoint
+        .subtask_states
+        .values()
+        .next()
+        .unwrap()
+        .handles[0];
+    assert_eq!(s.read_state_file(handle).unwrap(), bytes);
+    assert!(s.display_state(handle).contains("inline in _metadata"));
+
+    // A savepoint keeps inline state inline: its directory holds the one file and `_metadata`.
+    let target = tempfile::tempdir().unwrap();
+    let written = weir_storage::savepoint::write_savepoint(&s, &read, target.path()).unwrap();
+    assert_eq!(
+        on_disk(&written.path),
+        vec!["_metadata", "chk-9__source-0.op2"]
+    );
+    let (savepoint, restored) = weir_storage::savepoint::verify_savepoint(&written.path).unwrap();
+    let handles = &restored
+        .checkpoint
+        .subtask_states
+        .values()
+        .next()
+        .unwrap()
+        .handles;
+    assert_eq!(savepoint.read_state_file(&handles[0]).unwrap(), bytes);
+    assert_eq!(handles[0].path, "chk-9__source-0.op");
+}

@@ -214,6 +214,11 @@ fn print_checkpoint(target: &Target, m: &CheckpointMetadata) {
                     }
                     HandleKind::Operator => "operator state".to_string(),
                 };
+                let what = if h.is_file() {
+                    what
+                } else {
+                    format!("{what}, inline in _metadata")
+                };
                 println!(
                     "      {:<56} {:>10}  crc32c {:08x}  {what}",
                     h.path,
@@ -276,10 +281,15 @@ fn verify(path: &str) -> Result<(), CliError> {
                     let damaged: Vec<_> = checks.iter().filter(|c| c.problem.is_some()).collect();
                     if damaged.is_empty() {
                         good += 1;
+                        let inline = checks.iter().filter(|c| !c.handle.is_file()).count();
+                        let with = match inline {
+                            0 => String::new(),
+                            n => format!(" with {n} inline state(s)"),
+                        };
                         println!(
-                            "job {} checkpoint {id}: ok ({} files and _metadata intact)",
+                            "job {} checkpoint {id}: ok ({} files and _metadata{with} intact)",
                             target.job,
-                            checks.len()
+                            checks.len() - inline
                         );
                     } else {
                         bad += 1;

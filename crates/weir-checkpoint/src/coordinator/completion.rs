@@ -321,7 +321,8 @@ impl CheckpointCoordinator {
         }
     }
 
-    /// State nobody will use: its private files go, its shared files only if unreferenced.
+    /// State nobody will use: its private files go, its shared files only if unreferenced
+    /// (inline state has no file).
     fn discard_state(&mut self, state: SubtaskState, out: &mut Vec<Action>) {
         let shared: Vec<&str> = state
             .handles
@@ -333,7 +334,7 @@ impl CheckpointCoordinator {
         let handles: Vec<StateHandle> = state
             .handles
             .into_iter()
-            .filter(|h| !h.shared || free.contains(&h.path))
+            .filter(|h| h.is_file() && (!h.shared || free.contains(&h.path)))
             .collect();
         if !handles.is_empty() {
             out.push(Action::DiscardState { handles });

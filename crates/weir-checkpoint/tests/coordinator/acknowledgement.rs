@@ -298,6 +298,12 @@ fn trigger_and_decline() {
     let late = h.ack(cp, h.all[1]);
     assert!(completed(&late).is_empty());
     assert_eq!(discarded_state(&late).len(), 1);
+    // A late ack whose state is inline (no file of its own): nothing to delete.
+    let mut inline = handle(&format!("chk-{cp}/{}", h.all[2]), false);
+    inline.inline = Some(vec![1, 2, 3]);
+    let late = h.ack_with(cp, h.all[2], SubtaskState::from_handles(vec![inline]));
+    assert!(completed(&late).is_empty());
+    assert!(discarded_state(&late).is_empty(), "{late:?}");
 }
 
 #[test]

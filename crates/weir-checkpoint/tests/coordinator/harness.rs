@@ -217,6 +217,7 @@ pub fn handle(path: &str, shared: bool) -> StateHandle {
         checksum: 0,
         kind: HandleKind::Operator,
         shared,
+        inline: None,
     }
 }
 

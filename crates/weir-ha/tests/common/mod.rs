@@ -73,6 +73,7 @@ pub fn checkpoint(job: &str, id: u64, shared: &[&str]) -> CompletedCheckpoint {
         checksum: 0,
         kind: HandleKind::Operator,
         shared,
+        inline: None,
     };
     let mut handles: Vec<StateHandle> = shared
         .iter()

@@ -346,8 +346,11 @@ fn checkpoint(
             let (chains, manifest) = encoding.finish(&plan, file).map_err(|e| e.to_string())?;
             let path = CheckpointLayout::state_file(CheckpointId(id), "bench", index, "keyed");
             let t = Instant::now();
+            // Inline in the metadata when small, as the runtime keeps it by default.
+            let inline_threshold =
+                weir_core::config::CheckpointConfig::default().data_inline_threshold;
             let manifest = storage
-                .write_state_file(path, kind, &manifest)
+                .write_or_inline_state(path, kind, manifest, inline_threshold)
                 .map_err(|e| e.to_string())?;
             storage_secs += t.elapsed().as_secs_f64();
             let written_bytes = manifest.size + shared.iter().map(|h| h.size).sum::<u64>();

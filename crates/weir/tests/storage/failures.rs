@@ -5,17 +5,19 @@
 use crate::common::*;
 use std::path::Path;
 
+/// Private state in files of their own, not inline in the metadata.
+const NO_INLINE: [&str; 2] = ["-D", "execution.checkpointing.data-inline-threshold=0"];
+
 fn injected_fault_declines_and_the_job_continues(fault: &str, expect: &str) {
     let dir = tempfile::tempdir().unwrap();
+    let mut extra = vec![
+        "-D",
+        "execution.checkpointing.tolerable-failed-checkpoints=100",
+    ];
+    extra.extend(NO_INLINE);
     let out = run_with(
         dir.path(),
-        &demo_args(
-            "3s",
-            &[
-                "-D",
-                "execution.checkpointing.tolerable-failed-checkpoints=100",
-            ],
-        ),
+        &demo_args("3s", &extra),
         &[(weir_storage::FAULTS_ENV, fault)],
     );
     let all = both(&out);
@@ -70,7 +72,7 @@ fn private_keyed_file(root: &Path, id: weir_core::CheckpointId) -> std::path::Pa
 #[test]
 fn a_truncated_file_is_detected_and_resume_falls_back_to_the_previous_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let root = three_checkpoints(dir.path(), &[]);
+    let root = three_checkpoints(dir.path(), &NO_INLINE);
     let storage = local_storage(&root);
     let newest = newest(&storage);
     let victim = private_keyed_file(&root, newest);

@@ -33,17 +33,25 @@ fn list_inspect_and_verify_describe_intact_checkpoints() {
         "key groups [64, 128)",
         "incremental manifest",
         "shared/",
-        "operator state",
+        "operator state, inline in _metadata",
     ] {
         assert!(shown.contains(part), "{part} missing in {shown}");
     }
+    // The demo's private state (manifests, sources' positions) is small: it is inline, and a
+    // checkpoint's directory holds nothing but its `_metadata`.
+    assert_eq!(files_under(&chk), ["_metadata".to_string()].into());
 
     let verify = run_in(
         dir.path(),
         &["checkpoints", "verify", chk.to_str().unwrap()],
     );
     assert!(verify.status.success(), "{}", both(&verify));
-    assert!(text(&verify.stdout).contains("1 checkpoint(s) intact, 0 damaged"));
+    let report = text(&verify.stdout);
+    assert!(
+        report.contains("1 checkpoint(s) intact, 0 damaged"),
+        "{report}"
+    );
+    assert!(report.contains(" inline state(s) intact"), "{report}");
     let verify = run_in(
         dir.path(),
         &["checkpoints", "verify", root.to_str().unwrap()],

@@ -80,10 +80,25 @@ fn final_counts(checkpoint_dir: &Path) -> BTreeMap<u64, u64> {
     counts.iter().map(|(k, v)| (*k, *v)).collect()
 }
 
-/// Runs the job at parallelism 2 and stops it with a savepoint after `after`.
+/// Runs the job at parallelism 2 and stops it with a savepoint after `after` (its small state
+/// inline in the metadata, the default).
 fn take_savepoint(dir: &Path, after: Duration) -> PathBuf {
+    take_savepoint_inlining(
+        dir,
+        after,
+        CheckpointConfig::default().data_inline_threshold,
+    )
+}
+
+/// Like [`take_savepoint`], with every piece of state in a file of its own.
+fn take_savepoint_in_files(dir: &Path, after: Duration) -> PathBuf {
+    take_savepoint_inlining(dir, after, 0)
+}
+
+fn take_savepoint_inlining(dir: &Path, after: Duration, inline_threshold: usize) -> PathBuf {
     let graph = job(2, false);
-    let config = exec(&dir.join("ckpt-a"), StartMode::New);
+    let mut config = exec(&dir.join("ckpt-a"), StartMode::New);
+    config.checkpoint.data_inline_threshold = inline_threshold;
     let handle = JobHandle::new(&graph, &config.checkpoint, StopHandle::new());
     let remote = handle.clone();
     let target = dir.join("savepoints");
@@ -137,7 +152,7 @@ fn a_savepoint_restored_at_parallelism_1_3_and_8_ends_in_the_state_of_an_uninter
 fn a_savepoint_copied_elsewhere_restores_after_the_original_is_deleted_and_outlives_checkpoint_rotation(
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let savepoint = take_savepoint(dir.path(), Duration::from_millis(500));
+    let savepoint = take_savepoint_in_files(dir.path(), Duration::from_millis(500));
     let files: Vec<_> = std::fs::read_dir(&savepoint)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -172,7 +187,7 @@ fn a_savepoint_copied_elsewhere_restores_after_the_original_is_deleted_and_outli
 #[test]
 fn a_damaged_savepoint_stops_the_start_with_the_file_named() {
     let dir = tempfile::tempdir().unwrap();
-    let savepoint = take_savepoint(dir.path(), Duration::from_millis(400));
+    let savepoint = take_savepoint_in_files(dir.path(), Duration::from_millis(400));
     // The largest state file: keyed state of the counts.
     let (file, len) = std::fs::read_dir(&savepoint)
         .unwrap()

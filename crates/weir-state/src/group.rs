@@ -32,6 +32,11 @@ pub(crate) struct Group<K, E> {
     /// stays at the most keys the group held, so removing all of many keys at once (as a window
     /// closing does) never compacts, which would find no key twice.
     pub(crate) compact_above: usize,
+    /// The `(epoch, needed_after)` of the last [`prune`](Self::prune): pruning again with the
+    /// same finds nothing to forget, and is skipped without reading `removed`'s buffer (a cache
+    /// miss on every write to a key group that remembers removals).
+    // Invariant: no removal in `removed` fails `keeps(_, pruned_at.0, pruned_at.1)`.
+    pruned_at: (u64, u64),
 }
 
 /// The length of a key group's removals below which they are never compacted.
@@ -43,6 +48,7 @@ impl<K, E> Default for Group<K, E> {
             entries: EntryTable::default(),
             removed: VecDeque::new(),
             compact_above: 0,
+            pruned_at: (0, 0),
         }
     }
 }
@@ -59,6 +65,10 @@ impl<K: Key, E> Group<K, E> {
     /// Forgets the removals no delta taken in `epoch` or later can need, if there are any.
     #[inline]
     pub(crate) fn prune(&mut self, epoch: u64, needed_after: u64) {
+        if self.pruned_at == (epoch, needed_after) {
+            return;
+        }
+        self.pruned_at = (epoch, needed_after);
         // `keeps` holds from some epoch on, and epochs ascend: the ones to forget are in front.
         while self
             .removed
@@ -222,6 +232,7 @@ impl<K: Key, E: Clone> Base<K, E> {
                 entries: shared.entries.clone(),
                 removed,
                 compact_above: 0,
+                pruned_at: (epoch, needed_after),
             });
         }
         match self {

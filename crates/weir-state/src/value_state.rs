@@ -353,6 +353,37 @@ mod tests {
     }
 
     #[test]
+    fn removals_a_completed_checkpoint_covers_are_forgotten_at_the_next_write_to_their_group() {
+        let mut s = identity("auctions", 1_000);
+        s.table.freeze();
+        for k in 0..1_000u64 {
+            s.clear(&key(&k));
+        }
+        assert_eq!(s.table.tombstones_len(), 1_000);
+        // Writes in the same epoch, before any checkpoint completed: every removal is kept.
+        for k in 1_000..3_000u64 {
+            s.set(&key(&k), k);
+        }
+        assert_eq!(s.table.tombstones_len(), 1_000);
+        // The snapshot taken after the removals; writes before its checkpoint completes keep
+        // them (a delta against the earlier snapshot may still be needed).
+        let after_removals = s.table.freeze();
+        let epoch = crate::frozen_table::FrozenTable::snapshot_epoch(&after_removals);
+        drop(after_removals);
+        for k in 3_000..5_000u64 {
+            s.set(&key(&k), k);
+        }
+        assert_eq!(s.table.tombstones_len(), 1_000);
+        // It completes: the next write to each key group forgets them, in the same epoch as the
+        // writes just before.
+        s.table.forget_removals_through(epoch);
+        for k in 5_000..7_000u64 {
+            s.set(&key(&k), k);
+        }
+        assert_eq!(s.table.tombstones_len(), 0);
+    }
+
+    #[test]
     fn keys_added_and_removed_between_two_snapshots_leave_no_removal_behind() {
         let mut s = identity("auctions", 100);
         s.table.freeze();

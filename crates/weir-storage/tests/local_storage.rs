@@ -27,26 +27,32 @@ fn checkpoint(storage: &CheckpointStorage, id: u64, shared: Option<&StateHandle>
         .unwrap();
     let mut handles = vec![handle.clone()];
     handles.extend(shared.cloned());
+    storage
+        .write_metadata(&source_metadata(CheckpointId(id), handles))
+        .unwrap();
+    handle
+}
+
+/// The metadata of checkpoint `id` whose one subtask, `source` 0, holds `handles`.
+fn source_metadata(id: CheckpointId, handles: Vec<StateHandle>) -> CheckpointMetadata {
     let mut states = BTreeMap::new();
     states.insert(
         SubtaskId::new(OperatorId::from_uid("source"), 0),
         SubtaskState::from_handles(handles),
     );
-    let metadata = CheckpointMetadata {
+    CheckpointMetadata {
         job_name: "job".into(),
         max_parallelism: 128,
         operators: vec![],
         checkpoint: CompletedCheckpoint {
             job: JobId(1),
-            id: CheckpointId(id),
+            id,
             kind: CheckpointKind::Checkpoint,
-            trigger_timestamp_ms: id,
-            completion_timestamp_ms: id,
+            trigger_timestamp_ms: id.0,
+            completion_timestamp_ms: id.0,
             subtask_states: states,
         },
-    };
-    storage.write_metadata(&metadata).unwrap();
-    handle
+    }
 }
 
 fn shared_file(storage: &CheckpointStorage, name: &str) -> StateHandle {
@@ -205,24 +211,7 @@ fn private_state_up_to_the_threshold_is_kept_inline_and_round_trips_through_the_
         "no file for inline state"
     );
 
-    let mut states = BTreeMap::new();
-    states.insert(
-        SubtaskId::new(OperatorId::from_uid("source"), 0),
-        SubtaskState::from_handles(vec![inline.clone(), file]),
-    );
-    let metadata = CheckpointMetadata {
-        job_name: "job".into(),
-        max_parallelism: 128,
-        operators: vec![],
-        checkpoint: CompletedCheckpoint {
-            job: JobId(1),
-            id,
-            kind: CheckpointKind::Checkpoint,
-            trigger_timestamp_ms: 1,
-            completion_timestamp_ms: 2,
-            subtask_states: states,
-        },
-    };
+    let metadata = source_metadata(id, vec![inline.clone(), file]);
     s.write_metadata(&metadata).unwrap();
     let read = s.verify(id).unwrap();
     assert_eq!(read, metadata);

@@ -446,10 +446,12 @@ impl CheckpointConfig {
             incremental: config
                 .get_bool("execution.checkpointing.incremental")?
                 .unwrap_or(d.incremental),
+            // Sizes past `usize` saturate; `validate` refuses anything over 1 mb.
             data_inline_threshold: config
                 .get_memory_size("execution.checkpointing.data-inline-threshold")?
-                .map_or(Ok(d.data_inline_threshold), usize::try_from)
-                .unwrap_or(usize::MAX),
+                .map_or(d.data_inline_threshold, |b| {
+                    usize::try_from(b).unwrap_or(usize::MAX)
+                }),
             history_size: config
                 .get_u32("web.checkpoints.history")?
                 .unwrap_or(d.history_size),

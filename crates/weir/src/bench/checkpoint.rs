@@ -311,6 +311,8 @@ fn checkpoint(
     subtasks: &mut [Subtask],
     id: u64,
 ) -> Result<(Vec<Written>, f64), CliError> {
+    // Manifests inline in the metadata when small, as the runtime keeps them by default.
+    let inline_threshold = weir_core::config::CheckpointConfig::default().data_inline_threshold;
     let mut jobs = Vec::new();
     for s in subtasks.iter_mut() {
         let mut frozen = Vec::new();
@@ -346,9 +348,6 @@ fn checkpoint(
             let (chains, manifest) = encoding.finish(&plan, file).map_err(|e| e.to_string())?;
             let path = CheckpointLayout::state_file(CheckpointId(id), "bench", index, "keyed");
             let t = Instant::now();
-            // Inline in the metadata when small, as the runtime keeps it by default.
-            let inline_threshold =
-                weir_core::config::CheckpointConfig::default().data_inline_threshold;
             let manifest = storage
                 .write_or_inline_state(path, kind, manifest, inline_threshold)
                 .map_err(|e| e.to_string())?;

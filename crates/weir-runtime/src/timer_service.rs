@@ -206,10 +206,9 @@ impl<K: Key> TimerService<K> {
             key: &timer,
             key_group,
         };
-        if queue.table.get(&entry).is_some() {
+        if !queue.table.set_if_absent(&entry, ()) {
             return false;
         }
-        queue.table.set(&entry, ());
         queue.by_time.entry(time).or_default().push(timer.key);
         true
     }

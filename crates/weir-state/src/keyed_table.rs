@@ -198,6 +198,40 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         }
     }
 
+    /// Sets the entry of `key` if it has none, in one lookup; returns whether it did. A key that
+    /// has an entry keeps it, and its group is neither copied nor dirtied.
+    #[inline]
+    pub(crate) fn insert_absent(&mut self, key: &CurrentKey<'_, K>, entry: E) -> bool {
+        let epoch = self.epoch;
+        let (i, direct) = self.settled(key.key_group);
+        let slot = &mut self.groups[i];
+        if direct {
+            let entries = &mut slot.direct().entries;
+            let Found::Missing(hash) = entries.find(key.key) else {
+                return false;
+            };
+            entries.push_new(hash, key.key.clone(), entry, epoch);
+        } else {
+            let Slot { base, changes } = slot;
+            match changes.raw_entry_mut().from_key(key.key) {
+                RawEntryMut::Occupied(mut o) => match o.get() {
+                    Change::Set(..) => return false,
+                    Change::Removed(_) => {
+                        o.insert(Change::Set(entry, epoch));
+                    }
+                },
+                RawEntryMut::Vacant(v) => {
+                    if base.group().entries.contains_key(key.key) {
+                        return false;
+                    }
+                    v.insert(key.key.clone(), Change::Set(entry, epoch));
+                }
+            }
+        }
+        self.last_modified[i] = epoch;
+        true
+    }
+
     /// The entry of `key`, inserting `default()` (and a clone of the key) if there is none.
     #[inline]
     pub(crate) fn get_or_insert_with(

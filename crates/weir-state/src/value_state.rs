@@ -66,6 +66,14 @@ impl<K: Key, V: Value> ValueState<K, V> {
         self.table.insert(key, value);
     }
 
+    /// Sets the value of `key` if it has none; returns whether it did. One lookup either way,
+    /// and a key that has a value is left as it was (not written, so not in the next
+    /// incremental checkpoint for it).
+    #[inline]
+    pub fn set_if_absent(&mut self, key: &CurrentKey<'_, K>, value: V) -> bool {
+        self.table.insert_absent(key, value)
+    }
+
     /// The value of `key`, first setting it to `default()` if it has none.
     #[inline]
     pub fn get_or_insert_with(
@@ -585,6 +593,50 @@ mod tests {
         let third = s.table.freeze();
         let dirty: Vec<u32> = (0..MP).filter(|&g| third.is_dirty(g)).collect();
         assert_eq!(dirty, vec![two.key_group]);
+    }
+
+    #[test]
+    fn set_if_absent_sets_a_missing_key_only_and_leaves_a_present_one_unwritten() {
+        let mut s = state();
+        let one = key(&1);
+        assert!(s.set_if_absent(&one, "a".into()));
+        assert!(!s.set_if_absent(&one, "b".into()));
+        assert_eq!(s.get(&one).map(String::as_str), Some("a"));
+
+        // In place: a present key's group is not dirtied, a missing one's is.
+        let first = s.table.freeze();
+        drop(first);
+        let two = (2..)
+            .find(|k| key(k).key_group != one.key_group)
+            .expect("a key of another group");
+        assert!(!s.set_if_absent(&one, "c".into()));
+        assert!(s.set_if_absent(&key(&two), "d".into()));
+        let second = s.table.freeze();
+        let dirty: Vec<u32> = (0..MP).filter(|&g| second.is_dirty(g)).collect();
+        assert_eq!(dirty, vec![key(&two).key_group]);
+
+        // While a snapshot shares the groups: the same, through copies of entries, and a key
+        // removed meanwhile counts as missing.
+        assert!(!s.set_if_absent(&one, "e".into()));
+        assert_eq!(s.table.pending_changes(), 0, "a present key is not copied");
+        assert_eq!(s.take(&key(&two)).as_deref(), Some("d"));
+        assert!(s.set_if_absent(&key(&two), "f".into()));
+        assert!(!s.set_if_absent(&key(&two), "g".into()));
+        assert!(s.set_if_absent(&key(&3), "h".into()));
+        assert_eq!(s.table.groups_shared_count(), MP as usize);
+        let third = s.table.freeze();
+        let dirty: Vec<u32> = (0..MP).filter(|&g| third.is_dirty(g)).collect();
+        let mut expected = vec![key(&two).key_group, key(&3).key_group];
+        expected.sort();
+        expected.dedup();
+        assert_eq!(dirty, expected);
+        drop((second, third));
+        let live: BTreeMap<u64, String> = s.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let expected: BTreeMap<u64, String> = [(1, "a"), (two, "f"), (3, "h")]
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+        assert_eq!(live, expected);
     }
 
     #[test]

@@ -89,11 +89,12 @@ run_pair() {
     ca=$(field "$work/a.json" cores_used)
     cb=$(field "$work/b.json" cores_used)
     [ -n "$pa" ] && [ -n "$pb" ] || fail "pair $n printed no events_per_second_per_core"
-    awk -v n="$n" -v f="$started" -v pa="$pa" -v pb="$pb" -v ca="$ca" -v cb="$cb" 'BEGIN {
+    awk -v n="$n" -v f="$started" -v pa="$pa" -v pb="$pb" -v ca="$ca" -v cb="$cb" -v costs="$work/costs" 'BEGIN {
+        cost = (pb / pa - 1) * 100
         printf "%3d  %-3s first  %.3f -> %.3f M/s per core  (cores %s, %s)  %+.1f %%\n",
-            n, f, pa / 1e6, pb / 1e6, ca, cb, (pb / pa - 1) * 100
+            n, f, pa / 1e6, pb / 1e6, ca, cb, cost
+        printf "%.6f\n", cost >>costs
     }'
-    awk -v pa="$pa" -v pb="$pb" 'BEGIN { printf "%.6f\n", (pb / pa - 1) * 100 }' >>"$work/costs"
 }
 
 echo "$query: $pairs pairs of ${seconds} s side by side, A = $a, B = $b"

@@ -212,21 +212,13 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             };
             entries.push_new(hash, key.key.clone(), entry, epoch);
         } else {
-            let Slot { base, changes } = slot;
-            match changes.raw_entry_mut().from_key(key.key) {
-                RawEntryMut::Occupied(mut o) => match o.get() {
-                    Change::Set(..) => return false,
-                    Change::Removed(_) => {
-                        o.insert(Change::Set(entry, epoch));
-                    }
-                },
-                RawEntryMut::Vacant(v) => {
-                    if base.group().entries.contains_key(key.key) {
-                        return false;
-                    }
-                    v.insert(key.key.clone(), Change::Set(entry, epoch));
-                }
+            // While a snapshot shares the group (briefly, once a checkpoint): as `get` and
+            // `insert` would.
+            if slot.get(key.key).is_some() {
+                return false;
             }
+            slot.changes
+                .insert(key.key.clone(), Change::Set(entry, epoch));
         }
         self.last_modified[i] = epoch;
         true

@@ -604,8 +604,7 @@ mod tests {
         assert_eq!(s.get(&one).map(String::as_str), Some("a"));
 
         // In place: a present key's group is not dirtied, a missing one's is.
-        let first = s.table.freeze();
-        drop(first);
+        drop(s.table.freeze());
         let two = (2..)
             .find(|k| key(k).key_group != one.key_group)
             .expect("a key of another group");

@@ -10,17 +10,29 @@
 #
 # Setting A against itself (`--b off` with `--a off`) measures the method's own bias and spread.
 #
+# With `--alternate PHASE`, each pair is instead two runs of `weir bench … --alternate PHASE`
+# started together, in opposite step (the second with `--alternate-on-first`): within each run,
+# phases with checkpoints every B alternate with phases without, and at every moment one run
+# checkpoints while the other does not. For each pair of phases the cost is the geometric mean
+# of the two runs' changes, which cancels both the difference between the two processes and
+# the machine's change of speed from one phase to the next. `--control` triggers no checkpoints
+# in either phase: the method's own bias and spread.
+#
 # Usage: benchmarks/checkpoint-cost.sh [--query q4] [--pairs 24] [--seconds 20]
 #            [--a off] [--b 1s] [--binary target/release/weir]
+#        benchmarks/checkpoint-cost.sh --alternate 5s [--control] [--query q4] [--pairs 1]
+#            [--seconds 300] [--b 1s] [--binary target/release/weir]
 # `--query keyed-count` runs `weir bench keyed-count --keys 100000` for the same seconds.
 set -euo pipefail
 
 query=q4
-pairs=24
-seconds=20
+pairs=
+seconds=
 a=off
 b=1s
 binary=target/release/weir
+alternate=
+control=
 
 usage() {
     sed -n 's/^# \{0,1\}//; /^Usage:/,/same seconds/p' "$0" >&2
@@ -32,8 +44,14 @@ fail() {
 }
 
 while [ $# -gt 0 ]; do
+    if [ "$1" = --control ]; then
+        control=--alternate-control
+        shift
+        continue
+    fi
     [ $# -ge 2 ] || { echo "checkpoint-cost: $1 needs a value" >&2; usage; }
     case "$1" in
+    --alternate) alternate=$2 ;;
     --query) query=$2 ;;
     --pairs) pairs=$2 ;;
     --seconds) seconds=$2 ;;
@@ -44,8 +62,19 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
+if [ -n "$alternate" ]; then
+    pairs=${pairs:-1}
+    seconds=${seconds:-300}
+    [ "$b" != off ] || fail "--alternate needs --b to be a checkpoint interval (use --control for a control)"
+else
+    pairs=${pairs:-24}
+    seconds=${seconds:-20}
+    [ -z "$control" ] || fail "--control goes with --alternate (without it, compare --a off with --b off)"
+fi
 
-[[ $pairs =~ ^[0-9]+$ ]] && [ "$pairs" -ge 2 ] || fail "--pairs must be a whole number of at least 2, not '$pairs'"
+min_pairs=2
+[ -z "$alternate" ] || min_pairs=1
+[[ $pairs =~ ^[0-9]+$ ]] && [ "$pairs" -ge "$min_pairs" ] || fail "--pairs must be a whole number of at least $min_pairs, not '$pairs'"
 [[ $seconds =~ ^[0-9]+$ ]] && [ "$seconds" -ge 1 ] || fail "--seconds must be a whole number of at least 1, not '$seconds'"
 [ -x "$binary" ] || fail "no weir binary at '$binary' (build it with: cargo build --release)"
 
@@ -97,16 +126,71 @@ run_pair() {
     }'
 }
 
-echo "$query: $pairs pairs of ${seconds} s side by side, A = $a, B = $b"
-echo "    (each pair: A -> B in M events/s per core, the cores each used, the cost B / A - 1)"
-for n in $(seq 1 "$pairs"); do
-    run_pair "$n"
-done
+# The per-core throughputs `[off,on]` of each pair of phases of an alternating run, one
+# `off on` line each.
+phase_pairs() {
+    sed -n 's/.*"per_core_off_on":\[\([][0-9,.]*\)\]}.*/\1/p' "$1" | sed 's/\],\[/\n/g; s/[][]//g; s/,/ /g'
+}
 
-sort -g "$work/costs" | awk -v q="$query" -v a="$a" -v b="$b" '
+run_alternating_pair() {
+    local n=$1 pids=()
+    for side in x y; do
+        local step=
+        [ "$side" = y ] && step=--alternate-on-first
+        # shellcheck disable=SC2046 # the command line is split into words on purpose
+        $(command_for "$b") --alternate "$alternate" $control $step >"$work/$side.json" 2>"$work/$side.log" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" || { cat "$work"/*.log >&2; fail "a run of pair $n failed (its log is above)"; }
+    done
+    local fx fy
+    fx=$(field "$work/x.json" first_pair_unix_ms)
+    fy=$(field "$work/y.json" first_pair_unix_ms)
+    if [ -z "$fx" ] || [ "$fx" != "$fy" ]; then
+        echo "$n  the two runs did not begin their phases together ($fx, $fy): pair left out"
+        return
+    fi
+    paste -d ' ' <(phase_pairs "$work/x.json") <(phase_pairs "$work/y.json") |
+        awk -v n="$n" -v costs="$work/costs" '
+            NF == 4 && $1 > 0 && $3 > 0 {
+                c = (sqrt(($2 * $4) / ($1 * $3)) - 1) * 100
+                printf "%.6f\n", c >>costs
+                k++; s += c
+                line = line sprintf(" %+.1f", c)
+            }
+            END {
+                if (k == 0) { print n "  no pair of phases measured"; exit }
+                printf "%3d  %d pairs of phases, mean %+.2f %%:%s\n", n, k, s / k, line
+            }'
+}
+
+if [ -n "$alternate" ]; then
+    what="checkpoints every $b"
+    [ -n "$control" ] && what="control (no checkpoints)"
+    echo "$query: $pairs pair(s) of ${seconds} s runs in opposite step, phases of $alternate, $what"
+    echo "    (each pair of phases: the geometric mean of both runs' change in M events/s per core)"
+    for n in $(seq 1 "$pairs"); do
+        run_alternating_pair "$n"
+    done
+    a=off
+    [ -n "$control" ] && b="$b (control)"
+else
+    echo "$query: $pairs pairs of ${seconds} s side by side, A = $a, B = $b"
+    echo "    (each pair: A -> B in M events/s per core, the cores each used, the cost B / A - 1)"
+    for n in $(seq 1 "$pairs"); do
+        run_pair "$n"
+    done
+fi
+[ -s "$work/costs" ] || fail "no pair measured"
+
+unit=
+[ -z "$alternate" ] || unit=" of phases"
+sort -g "$work/costs" | awk -v q="$query" -v a="$a" -v b="$b" -v unit="$unit" '
     { x[NR] = $1; s += $1 }
     END {
         n = NR; mean = s / n
+        if (n < 2) { printf "%s, %s against %s, 1 pair%s: %+.2f %%\n", q, b, a, unit, mean; exit }
         for (i = 1; i <= n; i++) ss += (x[i] - mean) ^ 2
         sd = sqrt(ss / (n - 1))
         # Student t, two-sided 95 %, for n - 1 degrees of freedom (1.96 past 30).
@@ -114,6 +198,6 @@ sort -g "$work/costs" | awk -v q="$query" -v a="$a" -v b="$b" '
         tq = (n - 1 <= 30) ? t[n - 1] : 1.96
         half = tq * sd / sqrt(n)
         median = (n % 2) ? x[(n + 1) / 2] : (x[n / 2] + x[n / 2 + 1]) / 2
-        printf "%s, %s against %s, %d pairs: mean %+.2f %% (95 %% confidence %+.2f to %+.2f), median %+.2f %%, standard deviation %.2f, range %+.1f to %+.1f %%\n",
-            q, b, a, n, mean, mean - half, mean + half, median, sd, x[1], x[n]
+        printf "%s, %s against %s, %d pairs%s: mean %+.2f %% (95 %% confidence %+.2f to %+.2f), median %+.2f %%, standard deviation %.2f, range %+.1f to %+.1f %%\n",
+            q, b, a, n, unit, mean, mean - half, mean + half, median, sd, x[1], x[n]
     }'

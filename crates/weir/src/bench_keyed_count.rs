@@ -108,9 +108,15 @@ pub fn run_on(
     deployer: &mut dyn Deployer,
     cluster: bool,
 ) -> Result<(), CliError> {
+    if cluster && args.run.alternate.is_some() {
+        return Err(CliError::usage(
+            "--alternate measures the CPU time of the process that runs the job: run it without a cluster",
+        ));
+    }
     let (graph, sink) = job(&args)?;
-    let setup = Setup::new(&args.run, "keyed-count")?;
+    let mut setup = Setup::new(&args.run, "keyed-count")?;
     let handle = JobHandle::new(&graph, &setup.exec.checkpoint, setup.stop.clone());
+    setup.watch(&handle);
     let summary = execute_with(&graph, &setup.exec, &handle, &mut |_| {}, deployer, None)?;
     let mut measured = setup.finish(&summary);
     if cluster {

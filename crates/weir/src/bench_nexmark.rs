@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use weir_api::prelude::*;
 use weir_connectors::nexmark::{self, queries, Event, NexmarkConfig, NexmarkSource};
-use weir_runtime::execute;
+use weir_runtime::{execute_job, JobHandle};
 
 use crate::bench_suite::{CountingSink, NexmarkArgs, Setup};
 use crate::CliError;
@@ -29,7 +29,7 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
     if args.events == 0 && args.run.duration.is_none() {
         return Err(CliError::usage("--events must be at least 1"));
     }
-    let setup = Setup::new(&args.run, &format!("nexmark-{}", args.query))?;
+    let mut setup = Setup::new(&args.run, &format!("nexmark-{}", args.query))?;
     let env = StreamEnv::new(&format!("nexmark-{}", args.query));
     env.set_parallelism(args.run.parallelism);
     let config = NexmarkConfig {
@@ -46,7 +46,10 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
     let events = env.source_with_watermarks("nexmark", source, nexmark::watermarks());
     let sink = CountingSink::default();
     attach(&args.query, events, sink.clone())?;
-    let summary = execute(&env.build()?, &setup.exec, &setup.stop, &mut |_| {})?;
+    let graph = env.build()?;
+    let handle = JobHandle::new(&graph, &setup.exec.checkpoint, setup.stop.clone());
+    setup.watch(&handle);
+    let summary = execute_job(&graph, &setup.exec, &handle, &mut |_| {})?;
     let measured = setup.finish(&summary);
     let events = summary.records;
     let results = sink.0.load(Ordering::Relaxed);

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use weir_core::config::CheckpointConfig;
 use weir_runtime::operators::SinkFunction;
 use weir_runtime::restart::RestartStrategy;
-use weir_runtime::{ExecutionConfig, JobSummary, StartMode, StopHandle, TaskError};
+use weir_runtime::{ExecutionConfig, JobHandle, JobSummary, StartMode, StopHandle, TaskError};
+
+use crate::bench_alternate::{self as alternate, Alternation};
 
 use crate::cli::duration_arg;
 use crate::CliError;
@@ -49,6 +51,19 @@ pub struct RunArgs {
     /// Print one JSON object (the default is a sentence).
     #[arg(long)]
     pub json: bool,
+    /// Measure what checkpointing costs within this one run: phases of this length (a whole
+    /// multiple of the interval) alternate between checkpoints every --checkpoint-interval,
+    /// triggered by the benchmark, and none (needs --duration).
+    #[arg(long, value_name = "PHASE", value_parser = duration_arg)]
+    pub alternate: Option<Duration>,
+    /// With --alternate: trigger no checkpoints in either phase of a pair, to measure the
+    /// method's own bias and spread (a control).
+    #[arg(long, requires = "alternate")]
+    pub alternate_control: bool,
+    /// With --alternate: begin with the phase with checkpoints. A second run started with the
+    /// same flags alternates in opposite step (see benchmarks/checkpoint-cost.sh).
+    #[arg(long, requires = "alternate")]
+    pub alternate_on_first: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -124,13 +139,19 @@ pub struct Setup {
     sampler: Option<std::thread::JoinHandle<Vec<u64>>>,
     sampling: Arc<std::sync::atomic::AtomicBool>,
     cpu_start: f64,
+    alternation: Option<Alternation>,
+    alternating: Option<std::thread::JoinHandle<alternate::Measured>>,
 }
 
-/// How a benchmark runs, with checkpoints in `dir`.
+/// How a benchmark runs, with checkpoints in `dir`. An alternating run has no periodic
+/// checkpoints: the benchmark triggers them.
 pub fn execution_config(run: &RunArgs, dir: PathBuf) -> ExecutionConfig {
     ExecutionConfig {
         checkpoint: CheckpointConfig {
-            interval: run.checkpoint_interval.0,
+            interval: run
+                .checkpoint_interval
+                .0
+                .filter(|_| run.alternate.is_none()),
             dir,
             ..CheckpointConfig::default()
         },
@@ -150,6 +171,14 @@ impl Setup {
         if run.parallelism == 0 {
             return Err(CliError::usage("--parallelism must be at least 1"));
         }
+        let alternation = run
+            .alternate
+            .map(|phase| Alternation::new(phase, run.checkpoint_interval.0, run.duration))
+            .transpose()?
+            .map(|a| {
+                a.control(run.alternate_control)
+                    .opposite(run.alternate_on_first)
+            });
         let scratch = match &run.checkpoint_dir {
             Some(_) => None,
             None => {
@@ -163,7 +192,8 @@ impl Setup {
             .unwrap_or_default();
         let exec = execution_config(run, dir);
         let stop = StopHandle::new();
-        if let Some(duration) = run.duration {
+        // An alternating run ends after its last phase (see `watch`).
+        if let Some(duration) = run.duration.filter(|_| alternation.is_none()) {
             let timer = stop.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(duration);
@@ -193,12 +223,23 @@ impl Setup {
             sampler,
             sampling,
             cpu_start: cpu_seconds(),
+            alternation,
+            alternating: None,
         })
+    }
+
+    /// Starts the alternating phases on the job of `handle`, if the run alternates; they end
+    /// the job after the last one.
+    pub fn watch(&mut self, handle: &JobHandle) {
+        if let Some(alternation) = self.alternation {
+            self.alternating = Some(alternation.start(handle.clone()));
+        }
     }
 
     /// Ends the run: stops sampling, deletes the scratch directory and measures.
     pub fn finish(self, summary: &JobSummary) -> Measured {
         let cpu = cpu_seconds() - self.cpu_start;
+        let alternation = self.alternating.and_then(|a| a.join().ok());
         self.sampling.store(false, Ordering::Relaxed);
         let rss_samples = self.sampler.and_then(|s| s.join().ok()).unwrap_or_default();
         if let Some(scratch) = &self.scratch {
@@ -216,6 +257,7 @@ impl Setup {
             restarts: summary.restarts,
             peak_rss_bytes: proc_status_bytes("VmHWM:").unwrap_or(0),
             rss_samples,
+            alternation,
         }
     }
 }
@@ -232,6 +274,8 @@ pub struct Measured {
     pub restarts: u32,
     pub peak_rss_bytes: u64,
     pub rss_samples: Vec<u64>,
+    /// What the alternating phases measured, in an alternating run.
+    pub alternation: Option<alternate::Measured>,
 }
 
 impl Measured {
@@ -250,8 +294,12 @@ impl Measured {
             .0
             .map_or("null".to_string(), |i| format!("\"{}ms\"", i.as_millis()));
         let samples: Vec<String> = self.rss_samples.iter().map(u64::to_string).collect();
+        let alternation = self
+            .alternation
+            .as_ref()
+            .map_or(String::new(), alternate::Measured::json_field);
         format!(
-            "{{\"query\":\"{query}\",{extra}\"events\":{events},\"parallelism\":{},\"checkpoint_interval\":{interval},\"seconds\":{:.3},\"events_per_second\":{rate:.0},\"cores_used\":{cores:.2},\"events_per_second_per_core\":{per_core:.0},\"checkpoints_completed\":{},\"checkpoints_failed\":{},\"checkpoint_duration_p50_ms\":{},\"checkpoint_duration_p99_ms\":{},\"last_checkpoint_bytes\":{},\"restarts\":{},\"peak_rss_bytes\":{},\"rss_samples\":[{}]}}",
+            "{{\"query\":\"{query}\",{extra}{alternation}\"events\":{events},\"parallelism\":{},\"checkpoint_interval\":{interval},\"seconds\":{:.3},\"events_per_second\":{rate:.0},\"cores_used\":{cores:.2},\"events_per_second_per_core\":{per_core:.0},\"checkpoints_completed\":{},\"checkpoints_failed\":{},\"checkpoint_duration_p50_ms\":{},\"checkpoint_duration_p99_ms\":{},\"last_checkpoint_bytes\":{},\"restarts\":{},\"peak_rss_bytes\":{},\"rss_samples\":[{}]}}",
             run.parallelism,
             self.seconds,
             self.checkpoints_completed,
@@ -267,6 +315,10 @@ impl Measured {
 
     /// One sentence for a terminal.
     pub fn sentence(&self, what: &str, events: u64) -> String {
+        let alternation = self
+            .alternation
+            .as_ref()
+            .map_or(String::new(), |a| format!("\n{}", a.sentence()));
         format!(
             "{what}: {events} events in {:.2} s = {:.2} M events/s ({:.2} M/s per core, {:.2} cores busy); {} checkpoints (p50 {} ms, p99 {} ms); peak RSS {} MiB",
             self.seconds,
@@ -277,7 +329,7 @@ impl Measured {
             self.p50,
             self.p99,
             self.peak_rss_bytes >> 20,
-        )
+        ) + &alternation
     }
 }
 
@@ -296,7 +348,7 @@ fn proc_status_bytes(field: &str) -> Option<u64> {
 
 /// User plus system CPU time of this process so far, from `/proc/self/stat` (in clock ticks
 /// of 1/100 s, Linux's `USER_HZ`).
-fn cpu_seconds() -> f64 {
+pub fn cpu_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return 0.0;
     };

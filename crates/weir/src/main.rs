@@ -4,6 +4,7 @@
 //! status: 2 for bad input (flags, config, paths, job definitions), 1 for a job that failed.
 
 mod bench;
+mod bench_alternate;
 mod bench_keyed_count;
 mod bench_nexmark;
 mod bench_suite;

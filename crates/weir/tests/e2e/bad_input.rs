@@ -79,6 +79,57 @@ fn unknown_options_and_invalid_values_are_refused_with_exit_status_2() {
 }
 
 #[test]
+fn alternating_phases_that_cannot_measure_are_refused_with_exit_status_2() {
+    fn bench<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        [&["bench", "keyed-count"][..], extra].concat()
+    }
+    assert_refused(
+        &bench(&["--alternate", "5s", "--checkpoint-interval", "1s"]),
+        "--alternate needs --duration",
+    );
+    assert_refused(
+        &bench(&["--alternate", "5s", "--duration", "60s"]),
+        "--alternate needs --checkpoint-interval",
+    );
+    assert_refused(
+        &bench(&[
+            "--alternate",
+            "5s",
+            "--duration",
+            "60s",
+            "--checkpoint-interval",
+            "2s",
+        ]),
+        "must be a whole multiple, at least twice, of --checkpoint-interval (2s)",
+    );
+    assert_refused(
+        &bench(&[
+            "--alternate",
+            "5s",
+            "--duration",
+            "40s",
+            "--checkpoint-interval",
+            "1s",
+        ]),
+        "--duration (40s) holds fewer than 2 pairs",
+    );
+    assert_refused(&bench(&["--alternate-control"]), "--alternate");
+    assert_refused(
+        &[
+            "bench",
+            "nexmark",
+            "--query",
+            "q4",
+            "--alternate",
+            "1s",
+            "--duration",
+            "20s",
+        ],
+        "--alternate needs --checkpoint-interval",
+    );
+}
+
+#[test]
 fn a_duplicate_operator_uid_is_refused_with_exit_status_2() {
     let example = std::env::current_exe()
         .unwrap()

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `weir` binary: real processes, real files, real SIGKILLs.
 
 mod bad_input;
+mod bench;
 mod chaos;
 mod cluster;
 mod common;

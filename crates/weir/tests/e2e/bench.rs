@@ -1,0 +1,79 @@
+//! `weir bench … --alternate`: the cost of checkpointing measured within one run.
+
+use crate::common::{run_in, text};
+
+/// `weir bench keyed-count` with `extra` flags, alternating 500 ms phases for 5 s; its JSON.
+fn alternating_keyed_count(extra: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        &[
+            "bench",
+            "keyed-count",
+            "--keys",
+            "1000",
+            "--parallelism",
+            "1",
+            "--duration",
+            "5s",
+            "--checkpoint-interval",
+            "250ms",
+            "--alternate",
+            "500ms",
+            "--json",
+        ][..],
+        extra,
+    ]
+    .concat();
+    let out = run_in(dir.path(), &args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[test]
+fn alternating_phases_trigger_checkpoints_in_every_other_phase_and_report_each_pair() {
+    let json = alternating_keyed_count(&[]);
+    let alternation = &json["alternation"];
+    // 10 phases of 500 ms: up to five to warm up, then 2 pairs.
+    assert_eq!(alternation["pairs_planned"], 2, "{json}");
+    assert_eq!(alternation["pairs"], 2, "{json}");
+    assert_eq!(alternation["cut_short"], serde_json::Value::Null, "{json}");
+    // Two checkpoints a phase with checkpoints (at its start and one interval in), one such
+    // phase a pair; periodic checkpoints are off.
+    assert_eq!(alternation["checkpoints_triggered"], 4, "{json}");
+    let completed = json["checkpoints_completed"].as_u64().unwrap();
+    // Periodic checkpoints are off: these are the triggered ones (a slow machine may still
+    // have had the last queued when the job stopped), and the final one of a clean stop.
+    assert!((2..=5).contains(&completed), "{json}");
+    let first = alternation["first_pair_unix_ms"].as_u64().unwrap();
+    assert_eq!(
+        first % 2000,
+        0,
+        "pairs begin on four phases of the clock: {json}"
+    );
+    let pairs = alternation["per_core_off_on"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2, "{json}");
+    for pair in pairs {
+        let (off, on) = (pair[0].as_f64().unwrap(), pair[1].as_f64().unwrap());
+        assert!(off > 0.0 && on > 0.0, "{json}");
+    }
+    assert!(alternation["change_percent"].is_number(), "{json}");
+    let [low, high] = [0, 1].map(|i| alternation["change_ci95_percent"][i].as_f64().unwrap());
+    let mean = alternation["change_percent"].as_f64().unwrap();
+    assert!(low <= mean && mean <= high, "{json}");
+}
+
+#[test]
+fn a_control_triggers_no_checkpoint_and_the_opposite_step_is_reported() {
+    let json = alternating_keyed_count(&["--alternate-control", "--alternate-on-first"]);
+    let alternation = &json["alternation"];
+    assert_eq!(alternation["control"], true, "{json}");
+    assert_eq!(alternation["on_first"], true, "{json}");
+    assert_eq!(alternation["checkpoints_triggered"], 0, "{json}");
+    assert_eq!(alternation["pairs"], 2, "{json}");
+    // Only the final checkpoint of the clean stop.
+    assert!(
+        json["checkpoints_completed"].as_u64().unwrap() <= 1,
+        "{json}"
+    );
+}

@@ -153,7 +153,7 @@ run_alternating_pair() {
     fi
     paste -d ' ' <(phase_pairs "$work/x.json") <(phase_pairs "$work/y.json") |
         awk -v n="$n" -v costs="$work/costs" '
-            NF == 4 && $1 > 0 && $3 > 0 {
+            NF == 4 && $1 > 0 && $2 > 0 && $3 > 0 && $4 > 0 {
                 c = (sqrt(($2 * $4) / ($1 * $3)) - 1) * 100
                 printf "%.6f\n", c >>costs
                 k++; s += c

@@ -59,9 +59,10 @@ pub struct Pair {
 
 impl Pair {
     /// The change in per-core throughput that checkpointing made, in per cent (negative: it
-    /// cost throughput).
-    pub fn change_percent(&self) -> f64 {
-        (self.on / self.off - 1.0) * 100.0
+    /// cost throughput); `None` if a phase saw no events (a source held back all phase long,
+    /// as behind a window firing), which leaves nothing to compare.
+    pub fn change_percent(&self) -> Option<f64> {
+        (self.off > 0.0 && self.on > 0.0).then(|| (self.on / self.off - 1.0) * 100.0)
     }
 }
 
@@ -354,14 +355,20 @@ pub fn summarize(values: &[f64]) -> Option<Summary> {
 
 impl Measured {
     pub fn summary(&self) -> Option<Summary> {
-        let changes: Vec<f64> = self.pairs.iter().map(Pair::change_percent).collect();
+        let changes: Vec<f64> = self.pairs.iter().filter_map(Pair::change_percent).collect();
         summarize(&changes)
     }
 
     /// The `"alternation":{…},` field of the JSON report.
     pub fn json_field(&self) -> String {
         let a = &self.alternation;
-        let stats = match self.summary() {
+        let summary = self.summary();
+        let compared = self
+            .pairs
+            .iter()
+            .filter(|p| p.change_percent().is_some())
+            .count();
+        let stats = match summary {
             Some(s) => format!(
                 "\"change_percent\":{:.2},\"change_ci95_percent\":[{:.2},{:.2}],\"change_median_percent\":{:.2},\"change_sd_percent\":{:.2}",
                 s.mean, s.low, s.high, s.median, s.sd
@@ -378,7 +385,7 @@ impl Measured {
             None => "null".to_string(),
         };
         format!(
-            "\"alternation\":{{\"phase_ms\":{},\"checkpoint_every_ms\":{},\"control\":{},\"on_first\":{},\"first_pair_unix_ms\":{},\"pairs_planned\":{},\"pairs\":{},{stats},\"checkpoints_triggered\":{},\"cut_short\":{cut_short},\"per_core_off_on\":[{}]}},",
+            "\"alternation\":{{\"phase_ms\":{},\"checkpoint_every_ms\":{},\"control\":{},\"on_first\":{},\"first_pair_unix_ms\":{},\"pairs_planned\":{},\"pairs\":{},\"pairs_compared\":{},{stats},\"checkpoints_triggered\":{},\"cut_short\":{cut_short},\"per_core_off_on\":[{}]}},",
             a.phase.as_millis(),
             a.every.as_millis(),
             a.control,
@@ -386,6 +393,7 @@ impl Measured {
             self.first_pair_unix_ms,
             a.pairs,
             self.pairs.len(),
+            compared,
             self.triggered,
             pairs.join(","),
         )
@@ -478,7 +486,9 @@ mod tests {
             off: 2_000_000.0,
             on: 1_900_000.0,
         };
-        assert!((pair.change_percent() + 5.0).abs() < 1e-9);
+        assert!((pair.change_percent().unwrap() + 5.0).abs() < 1e-9);
+        let idle = Pair { off: 0.0, on: 1.0 };
+        assert_eq!(idle.change_percent(), None);
     }
 
     #[test]
@@ -508,6 +518,8 @@ mod tests {
                     off: 100.0,
                     on: 97.0,
                 },
+                // A phase without events: reported, not compared.
+                Pair { off: 0.0, on: 50.0 },
             ],
             triggered: 4,
             cut_short: Some("the job \"x\" stopped".into()),
@@ -516,9 +528,11 @@ mod tests {
         let json = measured.json_field();
         assert!(json.contains("\"change_percent\":-2.00,"), "{json}");
         assert!(
-            json.contains("\"per_core_off_on\":[[100,99],[100,97]]"),
+            json.contains("\"per_core_off_on\":[[100,99],[100,97],[0,50]]"),
             "{json}"
         );
+        assert!(json.contains("\"pairs\":3,\"pairs_compared\":2,"), "{json}");
+        assert!(!json.contains("inf") && !json.contains("NaN"), "{json}");
         assert!(
             json.contains("\"cut_short\":\"the job \\\"x\\\" stopped\""),
             "{json}"

@@ -163,6 +163,11 @@ run_alternating_pair() {
                 if (k == 0) { print n "  no pair of phases measured"; exit }
                 printf "%3d  %d pairs of phases, mean %+.2f %%:%s\n", n, k, s / k, line
             }'
+    # Where the CPU went: ns per event by group of threads, without -> with checkpoints.
+    for side in x y; do
+        sed -n 's/.*"ns_per_event_by_thread_off_on":{\([^}]*\)}.*/\1/p' "$work/$side.json" |
+            sed 's/"\([^"]*\)":\[\([0-9.]*\),\([0-9.]*\)\],*/ \1 \2 -> \3;/g; s/ [^ ;]* 0\.0 -> 0\.0;//g; s/^/     ns per event:/'
+    done
 }
 
 if [ -n "$alternate" ]; then

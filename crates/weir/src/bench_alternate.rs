@@ -28,6 +28,7 @@
 //! changes in the same pair cancels both the difference between the runs and the machine's
 //! change of speed between the two phases.
 
+use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use weir_checkpoint::JobStatus;
@@ -89,6 +90,11 @@ pub struct Measured {
     pub cut_short: Option<String>,
     /// When the first measured pair began, by the system clock (ms since 1970).
     pub first_pair_unix_ms: u64,
+    /// Events in all measured phases without and with checkpoints.
+    pub events: [u64; 2],
+    /// CPU seconds of each group of threads in all measured phases without and with
+    /// checkpoints: where the cost goes.
+    pub thread_cpu: BTreeMap<String, [f64; 2]>,
 }
 
 impl Alternation {
@@ -178,6 +184,8 @@ impl Alternation {
             triggered: 0,
             cut_short: None,
             first_pair_unix_ms: 0,
+            events: [0; 2],
+            thread_cpu: BTreeMap::new(),
         };
         if let Err(why) = wait_running(handle) {
             measured.cut_short = Some(why);
@@ -198,14 +206,20 @@ impl Alternation {
             };
             let mut pair = Pair { off: 0.0, on: 0.0 };
             for on in order {
-                let rate = match self.phase_at(handle, start, on, &mut measured.triggered) {
-                    Ok(rate) => rate,
+                let phase = match self.phase_at(handle, start, on, &mut measured.triggered) {
+                    Ok(phase) => phase,
                     Err(why) => {
                         measured.cut_short = Some(why);
                         return measured;
                     }
                 };
                 start += self.phase;
+                let rate = phase.events as f64 / phase.cpu_seconds;
+                let side = usize::from(on);
+                measured.events[side] += phase.events;
+                for (name, cpu) in phase.threads {
+                    measured.thread_cpu.entry(name).or_default()[side] += cpu;
+                }
                 if on {
                     pair.on = rate;
                 } else {
@@ -232,7 +246,7 @@ impl Alternation {
         start: Instant,
         on: bool,
         triggered: &mut u64,
-    ) -> Result<f64, String> {
+    ) -> Result<Phase, String> {
         let cycles = (self.phase.as_nanos() / self.every.as_nanos()) as u32;
         let mut from = None;
         for k in 0..cycles {
@@ -256,19 +270,67 @@ impl Alternation {
         if handle.status() != JobStatus::Running {
             return Err(format!("the job stopped running ({})", handle.status()));
         }
-        let cpu = to.cpu_seconds - from.cpu_seconds;
-        if cpu <= 0.0 {
+        let cpu_seconds = to.cpu_seconds - from.cpu_seconds;
+        if cpu_seconds <= 0.0 {
             return Err("no CPU time passed in a phase".to_string());
         }
-        Ok(to.events.saturating_sub(from.events) as f64 / cpu)
+        let threads = to
+            .threads
+            .iter()
+            .map(|(name, cpu)| {
+                let before = from.threads.get(name).copied().unwrap_or(0.0);
+                (name.clone(), (cpu - before).max(0.0))
+            })
+            .collect();
+        Ok(Phase {
+            events: to.events.saturating_sub(from.events),
+            cpu_seconds,
+            threads,
+        })
     }
+}
+
+/// What one phase measured, from one interval in to its end.
+struct Phase {
+    events: u64,
+    cpu_seconds: f64,
+    /// CPU seconds by group of threads (see [`thread_cpu`]).
+    threads: BTreeMap<String, f64>,
 }
 
 /// Events the sources emitted and CPU time the process used, at one moment.
 struct Sample {
     events: u64,
     cpu_seconds: f64,
+    threads: BTreeMap<String, f64>,
     attempt: u32,
+}
+
+/// CPU seconds (user + system) of this process's threads so far, summed by name up to a `#`:
+/// the subtasks of one operator (`nexmark#0`, `nexmark#1`) are one group, and so are the
+/// checkpoint threads of one kind. Threads that ended are not counted.
+fn thread_cpu() -> BTreeMap<String, f64> {
+    let mut groups = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return groups;
+    };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // `pid (name) state …`: the name may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = &stat[open + 1..close];
+        let group = name.split('#').next().unwrap_or(name).to_string();
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+        if let (Some(user), Some(system)) = (ticks(11), ticks(12)) {
+            *groups.entry(group).or_insert(0.0) += (user + system) as f64 / 100.0;
+        }
+    }
+    groups
 }
 
 fn sample(handle: &JobHandle) -> Sample {
@@ -283,6 +345,7 @@ fn sample(handle: &JobHandle) -> Sample {
     Sample {
         events,
         cpu_seconds: crate::bench_suite::cpu_seconds(),
+        threads: thread_cpu(),
         attempt,
     }
 }
@@ -353,7 +416,41 @@ pub fn summarize(values: &[f64]) -> Option<Summary> {
     })
 }
 
+fn json_escape(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| match c {
+            '"' | '\\' => vec!['\\', c],
+            c if c.is_control() => format!("\\u{:04x}", c as u32).chars().collect(),
+            c => vec![c],
+        })
+        .collect()
+}
+
 impl Measured {
+    /// CPU nanoseconds per event of each group of threads, without and with checkpoints, over
+    /// all measured phases.
+    pub fn ns_per_event_by_thread(&self) -> Vec<(String, [f64; 2])> {
+        let per_event = |cpu: f64, events: u64| {
+            if events == 0 {
+                0.0
+            } else {
+                cpu * 1e9 / events as f64
+            }
+        };
+        self.thread_cpu
+            .iter()
+            .map(|(name, [off, on])| {
+                (
+                    name.clone(),
+                    [
+                        per_event(*off, self.events[0]),
+                        per_event(*on, self.events[1]),
+                    ],
+                )
+            })
+            .collect()
+    }
+
     pub fn summary(&self) -> Option<Summary> {
         let changes: Vec<f64> = self.pairs.iter().filter_map(Pair::change_percent).collect();
         summarize(&changes)
@@ -380,12 +477,17 @@ impl Measured {
             .iter()
             .map(|p| format!("[{:.0},{:.0}]", p.off, p.on))
             .collect();
+        let threads: Vec<String> = self
+            .ns_per_event_by_thread()
+            .iter()
+            .map(|(name, [off, on])| format!("\"{}\":[{off:.1},{on:.1}]", json_escape(name)))
+            .collect();
         let cut_short = match &self.cut_short {
-            Some(why) => format!("\"{}\"", why.replace('\\', "\\\\").replace('"', "\\\"")),
+            Some(why) => format!("\"{}\"", json_escape(why)),
             None => "null".to_string(),
         };
         format!(
-            "\"alternation\":{{\"phase_ms\":{},\"checkpoint_every_ms\":{},\"control\":{},\"on_first\":{},\"first_pair_unix_ms\":{},\"pairs_planned\":{},\"pairs\":{},\"pairs_compared\":{},{stats},\"checkpoints_triggered\":{},\"cut_short\":{cut_short},\"per_core_off_on\":[{}]}},",
+            "\"alternation\":{{\"phase_ms\":{},\"checkpoint_every_ms\":{},\"control\":{},\"on_first\":{},\"first_pair_unix_ms\":{},\"pairs_planned\":{},\"pairs\":{},\"pairs_compared\":{},{stats},\"checkpoints_triggered\":{},\"cut_short\":{cut_short},\"ns_per_event_by_thread_off_on\":{{{}}},\"per_core_off_on\":[{}]}},",
             a.phase.as_millis(),
             a.every.as_millis(),
             a.control,
@@ -395,6 +497,7 @@ impl Measured {
             self.pairs.len(),
             compared,
             self.triggered,
+            threads.join(","),
             pairs.join(","),
         )
     }
@@ -524,6 +627,8 @@ mod tests {
             triggered: 4,
             cut_short: Some("the job \"x\" stopped".into()),
             first_pair_unix_ms: 120_000,
+            events: [1_000_000, 500_000],
+            thread_cpu: BTreeMap::from([("q4-select".to_string(), [0.1, 0.06])]),
         };
         let json = measured.json_field();
         assert!(json.contains("\"change_percent\":-2.00,"), "{json}");
@@ -532,6 +637,11 @@ mod tests {
             "{json}"
         );
         assert!(json.contains("\"pairs\":3,\"pairs_compared\":2,"), "{json}");
+        // 0.1 s over 1 M events, 0.06 s over 500 K.
+        assert!(
+            json.contains("\"ns_per_event_by_thread_off_on\":{\"q4-select\":[100.0,120.0]},"),
+            "{json}"
+        );
         assert!(!json.contains("inf") && !json.contains("NaN"), "{json}");
         assert!(
             json.contains("\"cut_short\":\"the job \\\"x\\\" stopped\""),

@@ -58,6 +58,13 @@ fn alternating_phases_trigger_checkpoints_in_every_other_phase_and_report_each_p
         assert!(off > 0.0 && on > 0.0, "{json}");
     }
     assert!(alternation["change_percent"].is_number(), "{json}");
+    // Where the CPU went, by group of threads: the keyed operator's subtasks are one group.
+    let by_thread = alternation["ns_per_event_by_thread_off_on"]
+        .as_object()
+        .unwrap();
+    let keyed = &by_thread["count-and-sum"];
+    assert!(keyed[0].as_f64().unwrap() > 0.0, "{json}");
+    assert!(keyed[1].as_f64().unwrap() > 0.0, "{json}");
     let [low, high] = [0, 1].map(|i| alternation["change_ci95_percent"][i].as_f64().unwrap());
     let mean = alternation["change_percent"].as_f64().unwrap();
     assert!(low <= mean && mean <= high, "{json}");

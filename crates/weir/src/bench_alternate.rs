@@ -238,8 +238,8 @@ impl Alternation {
         measured
     }
 
-    /// Runs one phase from `start`, triggering checkpoints if `on`; returns its events per CPU
-    /// second, measured from one interval in to its end.
+    /// Runs one phase from `start`, triggering checkpoints if `on`; returns its events and CPU
+    /// time, measured from one interval in to its end.
     fn phase_at(
         &self,
         handle: &JobHandle,

@@ -324,10 +324,8 @@ fn thread_cpu() -> BTreeMap<String, f64> {
         };
         let name = &stat[open + 1..close];
         let group = name.split('#').next().unwrap_or(name).to_string();
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-        if let (Some(user), Some(system)) = (ticks(11), ticks(12)) {
-            *groups.entry(group).or_insert(0.0) += (user + system) as f64 / 100.0;
+        if let Some(cpu) = crate::bench_suite::stat_cpu_seconds(&stat) {
+            *groups.entry(group).or_insert(0.0) += cpu;
         }
     }
     groups
@@ -416,16 +414,6 @@ pub fn summarize(values: &[f64]) -> Option<Summary> {
     })
 }
 
-fn json_escape(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| match c {
-            '"' | '\\' => vec!['\\', c],
-            c if c.is_control() => format!("\\u{:04x}", c as u32).chars().collect(),
-            c => vec![c],
-        })
-        .collect()
-}
-
 impl Measured {
     /// CPU nanoseconds per event of each group of threads, without and with checkpoints, over
     /// all measured phases.
@@ -451,21 +439,20 @@ impl Measured {
             .collect()
     }
 
+    /// The change of every pair that has one (see [`Pair::change_percent`]).
+    fn changes(&self) -> Vec<f64> {
+        self.pairs.iter().filter_map(Pair::change_percent).collect()
+    }
+
     pub fn summary(&self) -> Option<Summary> {
-        let changes: Vec<f64> = self.pairs.iter().filter_map(Pair::change_percent).collect();
-        summarize(&changes)
+        summarize(&self.changes())
     }
 
     /// The `"alternation":{…},` field of the JSON report.
     pub fn json_field(&self) -> String {
         let a = &self.alternation;
-        let summary = self.summary();
-        let compared = self
-            .pairs
-            .iter()
-            .filter(|p| p.change_percent().is_some())
-            .count();
-        let stats = match summary {
+        let changes = self.changes();
+        let stats = match summarize(&changes) {
             Some(s) => format!(
                 "\"change_percent\":{:.2},\"change_ci95_percent\":[{:.2},{:.2}],\"change_median_percent\":{:.2},\"change_sd_percent\":{:.2}",
                 s.mean, s.low, s.high, s.median, s.sd
@@ -480,10 +467,10 @@ impl Measured {
         let threads: Vec<String> = self
             .ns_per_event_by_thread()
             .iter()
-            .map(|(name, [off, on])| format!("\"{}\":[{off:.1},{on:.1}]", json_escape(name)))
+            .map(|(name, [off, on])| format!("{}:[{off:.1},{on:.1}]", serde_json::json!(name)))
             .collect();
         let cut_short = match &self.cut_short {
-            Some(why) => format!("\"{}\"", json_escape(why)),
+            Some(why) => serde_json::json!(why).to_string(),
             None => "null".to_string(),
         };
         format!(
@@ -495,7 +482,7 @@ impl Measured {
             self.first_pair_unix_ms,
             a.pairs,
             self.pairs.len(),
-            compared,
+            changes.len(),
             self.triggered,
             threads.join(","),
             pairs.join(","),

@@ -349,20 +349,31 @@ fn proc_status_bytes(field: &str) -> Option<u64> {
 /// User plus system CPU time of this process so far, from `/proc/self/stat` (in clock ticks
 /// of 1/100 s, Linux's `USER_HZ`).
 pub fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| stat_cpu_seconds(&stat))
+        .unwrap_or(0.0)
+}
+
+/// User plus system CPU seconds of a `stat` line of `/proc` (a process's or a thread's).
+pub fn stat_cpu_seconds(stat: &str) -> Option<f64> {
     // The command name may hold spaces: fields are counted after its closing parenthesis.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let rest = &stat[stat.rfind(')')? + 1..];
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (ticks(11) + ticks(12)) as f64 / 100.0
+    let mut fields = rest.split_whitespace().skip(11);
+    let mut ticks = || fields.next()?.parse::<u64>().ok();
+    let (user, system) = (ticks()?, ticks()?);
+    Some((user + system) as f64 / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_seconds_are_read_after_a_name_that_holds_spaces_and_parentheses() {
+        let stat = "42 (q4 (x) #1) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 9 0";
+        assert_eq!(stat_cpu_seconds(stat), Some(2.8));
+        assert_eq!(stat_cpu_seconds("42 (cut) S 1 2"), None);
+    }
 }

@@ -43,7 +43,11 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
     if args.throttled {
         source = source.throttled();
     }
-    let events = env.source_with_watermarks("nexmark", source, nexmark::watermarks());
+    let events = env.source_with_watermarks(
+        "nexmark",
+        source,
+        nexmark::watermarks_with_drift(args.max_watermark_drift),
+    );
     let sink = CountingSink::default();
     attach(&args.query, events, sink.clone())?;
     let graph = env.build()?;
@@ -60,7 +64,10 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
                 &args.query,
                 events,
                 &args.run,
-                &format!("\"results\":{results},")
+                &format!(
+                    "\"results\":{results},\"max_watermark_drift_ms\":{},",
+                    args.max_watermark_drift.as_millis()
+                )
             )
         );
     } else {

@@ -81,6 +81,10 @@ pub struct NexmarkArgs {
     /// Events per second of event time (nexmark-flink's default: 10 million).
     #[arg(long, default_value_t = 10_000_000)]
     pub event_rate: u64,
+    /// How far ahead (in event time) a source subtask may run of the slowest one before it
+    /// pauses: the watermark alignment of the sources (at least 1ms).
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = drift_arg)]
+    pub max_watermark_drift: Duration,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -111,6 +115,15 @@ fn interval_arg(text: &str) -> Result<CheckpointEvery, String> {
     } else {
         duration_arg(text).map(|d| CheckpointEvery(Some(d)))
     }
+}
+
+/// A watermark drift: whole milliseconds of event time, at least one.
+fn drift_arg(text: &str) -> Result<Duration, String> {
+    let d = duration_arg(text)?;
+    if d < Duration::from_millis(1) {
+        return Err("must be at least 1ms (event time counts milliseconds)".into());
+    }
+    Ok(d)
 }
 
 pub fn run(suite: BenchSuite) -> Result<(), CliError> {

@@ -79,6 +79,23 @@ fn unknown_options_and_invalid_values_are_refused_with_exit_status_2() {
 }
 
 #[test]
+fn a_watermark_drift_below_a_millisecond_is_refused_with_exit_status_2() {
+    for drift in ["500us", "0s"] {
+        assert_refused(
+            &[
+                "bench",
+                "nexmark",
+                "--query",
+                "q4",
+                "--max-watermark-drift",
+                drift,
+            ],
+            "--max-watermark-drift",
+        );
+    }
+}
+
+#[test]
 fn alternating_phases_that_cannot_measure_are_refused_with_exit_status_2() {
     fn bench<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         [&["bench", "keyed-count"][..], extra].concat()

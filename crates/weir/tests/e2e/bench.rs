@@ -84,3 +84,29 @@ fn a_control_triggers_no_checkpoint_and_the_opposite_step_is_reported() {
         "{json}"
     );
 }
+
+#[test]
+fn a_nexmark_run_reports_the_watermark_drift_its_sources_were_aligned_within() {
+    let dir = tempfile::tempdir().unwrap();
+    let json_of = |extra: &[&str]| -> serde_json::Value {
+        let args = [
+            &[
+                "bench", "nexmark", "--query", "q4", "--events", "200000", "--json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = run_in(dir.path(), &args);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let default = json_of(&[]);
+    assert_eq!(default["max_watermark_drift_ms"], 100, "{default}");
+    let tight = json_of(&["--max-watermark-drift", "20ms"]);
+    assert_eq!(tight["max_watermark_drift_ms"], 20, "{tight}");
+    // The drift changes when sources pause, never what q4 computes from the same events.
+    assert_eq!(tight["events"], 200_000, "{tight}");
+    assert_eq!(tight["results"], default["results"], "{tight} {default}");
+    assert!(tight["results"].as_u64().unwrap() > 0, "{tight}");
+}

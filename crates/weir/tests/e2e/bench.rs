@@ -1,10 +1,19 @@
-//! `weir bench … --alternate`: the cost of checkpointing measured within one run.
+//! `weir bench`: the JSON it reports, and `--alternate`, the cost of checkpointing measured
+//! within one run.
 
 use crate::common::{run_in, text};
 
+/// Runs `weir` with `args` (ending in `--json`) in a fresh directory; the JSON it printed.
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(dir.path(), args);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
 /// `weir bench keyed-count` with `extra` flags, alternating 500 ms phases for 5 s; its JSON.
 fn alternating_keyed_count(extra: &[&str]) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
     let args = [
         &[
             "bench",
@@ -24,10 +33,7 @@ fn alternating_keyed_count(extra: &[&str]) -> serde_json::Value {
         extra,
     ]
     .concat();
-    let out = run_in(dir.path(), &args);
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    bench_json(&args)
 }
 
 #[test]
@@ -87,19 +93,11 @@ fn a_control_triggers_no_checkpoint_and_the_opposite_step_is_reported() {
 
 #[test]
 fn a_nexmark_run_reports_the_watermark_drift_its_sources_were_aligned_within() {
-    let dir = tempfile::tempdir().unwrap();
-    let json_of = |extra: &[&str]| -> serde_json::Value {
-        let args = [
-            &[
-                "bench", "nexmark", "--query", "q4", "--events", "200000", "--json",
-            ][..],
-            extra,
-        ]
-        .concat();
-        let out = run_in(dir.path(), &args);
-        let stdout = text(&out.stdout);
-        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    let json_of = |extra: &[&str]| {
+        let q4 = [
+            "bench", "nexmark", "--query", "q4", "--events", "200000", "--json",
+        ];
+        bench_json(&[&q4[..], extra].concat())
     };
     let default = json_of(&[]);
     assert_eq!(default["max_watermark_drift_ms"], 100, "{default}");

@@ -53,7 +53,7 @@ where
     let events = env.source_with_watermarks(
         "nexmark",
         NexmarkSource::new(config()).with_limit(EVENTS),
-        weir_connectors::nexmark::watermarks(),
+        weir_connectors::nexmark::watermarks(&config()),
     );
     let sink = ExactlyOnceCollectSink::default();
     query(events).sink("out", sink.clone());

@@ -36,6 +36,9 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
         events_per_second: args.event_rate.max(1),
         ..NexmarkConfig::default()
     };
+    let drift = args
+        .max_watermark_drift
+        .unwrap_or_else(|| nexmark::max_watermark_drift(config.events_per_second));
     let mut source = NexmarkSource::new(config);
     if args.run.duration.is_none() {
         source = source.with_limit(args.events);
@@ -43,11 +46,8 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
     if args.throttled {
         source = source.throttled();
     }
-    let events = env.source_with_watermarks(
-        "nexmark",
-        source,
-        nexmark::watermarks_with_drift(args.max_watermark_drift),
-    );
+    let events =
+        env.source_with_watermarks("nexmark", source, nexmark::watermarks_with_drift(drift));
     let sink = CountingSink::default();
     attach(&args.query, events, sink.clone())?;
     let graph = env.build()?;
@@ -66,7 +66,7 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
                 &args.run,
                 &format!(
                     "\"results\":{results},\"max_watermark_drift_ms\":{},",
-                    args.max_watermark_drift.as_millis()
+                    drift.as_millis()
                 )
             )
         );

@@ -82,9 +82,10 @@ pub struct NexmarkArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub event_rate: u64,
     /// How far ahead (in event time) a source subtask may run of the slowest one before it
-    /// pauses: the watermark alignment of the sources (at least 1ms).
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = drift_arg)]
-    pub max_watermark_drift: Duration,
+    /// pauses: the watermark alignment of the sources (at least 1ms). By default the event
+    /// time of 1,000,000 events at --event-rate: 100ms at the default rate.
+    #[arg(long, value_name = "DURATION", value_parser = drift_arg)]
+    pub max_watermark_drift: Option<Duration>,
     #[command(flatten)]
     pub run: RunArgs,
 }

@@ -100,7 +100,10 @@ fn a_nexmark_run_reports_the_watermark_drift_its_sources_were_aligned_within() {
         bench_json(&[&q4[..], extra].concat())
     };
     let default = json_of(&[]);
+    // A million events of event time: 100 ms at the default 10 M events per second.
     assert_eq!(default["max_watermark_drift_ms"], 100, "{default}");
+    let slow = json_of(&["--event-rate", "100000"]);
+    assert_eq!(slow["max_watermark_drift_ms"], 10_000, "{slow}");
     let tight = json_of(&["--max-watermark-drift", "20ms"]);
     assert_eq!(tight["max_watermark_drift_ms"], 20, "{tight}");
     // The drift changes when sources pause, never what q4 computes from the same events.

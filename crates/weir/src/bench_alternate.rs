@@ -246,7 +246,7 @@ impl Alternation {
         start: Instant,
         on: bool,
         triggered: &mut u64,
-    ) -> Result<Phase, String> {
+    ) -> Result<Usage, String> {
         let cycles = (self.phase.as_nanos() / self.every.as_nanos()) as u32;
         let mut from = None;
         for k in 0..cycles {
@@ -270,45 +270,52 @@ impl Alternation {
         if handle.status() != JobStatus::Running {
             return Err(format!("the job stopped running ({})", handle.status()));
         }
-        let cpu_seconds = to.cpu_seconds - from.cpu_seconds;
-        if cpu_seconds <= 0.0 {
+        let phase = to.usage.since(&from.usage);
+        if phase.cpu_seconds <= 0.0 {
             return Err("no CPU time passed in a phase".to_string());
         }
-        let threads = to
-            .threads
-            .iter()
-            .map(|(name, cpu)| {
-                let before = from.threads.get(name).copied().unwrap_or(0.0);
-                (name.clone(), (cpu - before).max(0.0))
-            })
-            .collect();
-        Ok(Phase {
-            events: to.events.saturating_sub(from.events),
-            cpu_seconds,
-            threads,
-        })
+        Ok(phase)
     }
 }
 
-/// What one phase measured, from one interval in to its end.
-struct Phase {
+/// Events the sources emitted and CPU time used: so far at one moment, or between two.
+struct Usage {
     events: u64,
+    /// The whole process's.
     cpu_seconds: f64,
-    /// CPU seconds by group of threads (see [`thread_cpu`]).
+    /// By group of threads (see [`thread_cpu`]).
     threads: BTreeMap<String, f64>,
 }
 
-/// Events the sources emitted and CPU time the process used, at one moment.
+impl Usage {
+    /// What was used between `earlier` and this.
+    fn since(&self, earlier: &Usage) -> Usage {
+        let threads = self
+            .threads
+            .iter()
+            .map(|(name, cpu)| {
+                let before = earlier.threads.get(name).copied().unwrap_or(0.0);
+                (name.clone(), (cpu - before).max(0.0))
+            })
+            .collect();
+        Usage {
+            events: self.events.saturating_sub(earlier.events),
+            cpu_seconds: self.cpu_seconds - earlier.cpu_seconds,
+            threads,
+        }
+    }
+}
+
+/// The usage so far at one moment, and the job's attempt then.
 struct Sample {
-    events: u64,
-    cpu_seconds: f64,
-    threads: BTreeMap<String, f64>,
+    usage: Usage,
     attempt: u32,
 }
 
 /// CPU seconds (user + system) of this process's threads so far, summed by name up to a `#`:
-/// the subtasks of one operator (`nexmark#0`, `nexmark#1`) are one group, and so are the
-/// checkpoint threads of one kind. Threads that ended are not counted.
+/// the subtasks of one operator (`nexmark#0`, `nexmark#1`) are one group; a name without `#`
+/// (`weir-snapshot-0`, `weir-storage-io`) is a group of its own. Threads that ended are not
+/// counted.
 fn thread_cpu() -> BTreeMap<String, f64> {
     let mut groups = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
@@ -341,9 +348,11 @@ fn sample(handle: &JobHandle) -> Sample {
         .map(|c| c.records_out)
         .sum();
     Sample {
-        events,
-        cpu_seconds: crate::bench_suite::cpu_seconds(),
-        threads: thread_cpu(),
+        usage: Usage {
+            events,
+            cpu_seconds: crate::bench_suite::cpu_seconds(),
+            threads: thread_cpu(),
+        },
         attempt,
     }
 }

@@ -2,10 +2,17 @@
 //!
 //! A directory's files (not hidden ones) are read in name order; each file belongs to the
 //! subtask that its name hashes to, so files that appear later are picked up too. The position
-//! is, per file, the byte offset after the last line emitted, so a restored source continues
-//! with exactly the next line. A line that is not UTF-8 is an error naming the file and the
+//! is, per file, the byte offset after the last line emitted (and whether the file is done), so
+//! a restored source continues with exactly the next line.
+//!
+//! Rescaling: the per-file positions are list state, dealt over the new subtasks, so a file
+//! may end up with a subtask its name does not hash to. The names of every file some subtask
+//! holds travel as union state too: every restored subtask knows them all, and claims by hash
+//! only files that nobody holds yet. A file is therefore read by exactly one subtask, from
+//! its recorded offset, at any parallelism. A line that is not UTF-8 is an error naming the file and the
 //! byte offset — or, when asked, skipped and counted.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -57,6 +64,9 @@ pub struct FileSource {
     index: u32,
     parallelism: u32,
     splits: Vec<FileSplit>,
+    /// Files some subtask held at the restored checkpoint: not this subtask's to discover,
+    /// whatever their names hash to.
+    held_elsewhere: HashSet<String>,
     current: Option<Reader>,
 }
 
@@ -76,6 +86,7 @@ impl Clone for FileSource {
             index: self.index,
             parallelism: self.parallelism,
             splits: self.splits.clone(),
+            held_elsewhere: self.held_elsewhere.clone(),
             current: None,
         }
     }
@@ -91,6 +102,7 @@ impl FileSource {
             index: 0,
             parallelism: 1,
             splits: Vec::new(),
+            held_elsewhere: HashSet::new(),
             current: None,
         }
     }
@@ -152,7 +164,7 @@ impl FileSource {
     fn discover(&mut self) -> Result<bool, TaskError> {
         let mut found = false;
         for name in self.list_files()? {
-            if !self.splits.iter().any(|s| s.name == name) {
+            if !self.held_elsewhere.contains(&name) && !self.splits.iter().any(|s| s.name == name) {
                 self.splits.push(FileSplit {
                     name,
                     offset: 0,
@@ -207,9 +219,29 @@ impl SourceFunction<String> for FileSource {
                 .iter()
                 .map(|e| FileSplit::decode(e))
                 .collect::<Result<_, _>>()?,
-            None => Vec::new(),
+            None => {
+                self.held_elsewhere.clear();
+                Vec::new()
+            }
         };
+        for split in &self.splits {
+            self.held_elsewhere.remove(&split.name);
+        }
         self.discover()?;
+        Ok(())
+    }
+
+    fn restore_union(&mut self, elements: Vec<Vec<u8>>) -> Result<(), TaskError> {
+        self.held_elsewhere = elements
+            .into_iter()
+            .map(|name| {
+                String::from_utf8(name).map_err(|_| {
+                    TaskError::user(
+                        "file source file name is malformed: the checkpoint was not written by this source",
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
         Ok(())
     }
 
@@ -268,6 +300,15 @@ impl SourceFunction<String> for FileSource {
 
     fn snapshot_position(&mut self) -> Result<Vec<Vec<u8>>, TaskError> {
         Ok(self.splits.iter().map(FileSplit::encode).collect())
+    }
+
+    /// The names of this subtask's files: together, the subtasks' names are every file held.
+    fn snapshot_union(&mut self) -> Result<Vec<Vec<u8>>, TaskError> {
+        Ok(self
+            .splits
+            .iter()
+            .map(|s| s.name.as_bytes().to_vec())
+            .collect())
     }
 }
 
@@ -349,6 +390,95 @@ mod tests {
         s.open(&ctx(), None).unwrap();
         assert_eq!(drain(&mut s, 10).unwrap(), vec!["fine", "last"]);
         assert_eq!(s.skipped().load(Ordering::Relaxed), 1);
+    }
+
+    /// Reads `max` lines from each of `sources`, then snapshots all of them.
+    fn read_then_snapshot(
+        sources: &mut [FileSource],
+        max: usize,
+        read: &mut Vec<String>,
+    ) -> Vec<weir_state::OperatorStateSnapshot> {
+        sources
+            .iter_mut()
+            .map(|s| {
+                let mut batch = Vec::new();
+                s.poll_batch(&mut batch, max).unwrap();
+                read.extend(batch);
+                weir_state::OperatorStateSnapshot {
+                    list: vec![("position".into(), s.snapshot_position().unwrap())],
+                    union: vec![("position-union".into(), s.snapshot_union().unwrap())],
+                }
+            })
+            .collect()
+    }
+
+    /// Opens `parallelism` subtasks on `dir` with their share of `snapshots`.
+    fn restore(
+        dir: &Path,
+        snapshots: Vec<weir_state::OperatorStateSnapshot>,
+        parallelism: u32,
+    ) -> Vec<FileSource> {
+        weir_state::redistribute_operator_state(snapshots, parallelism)
+            .into_iter()
+            .enumerate()
+            .map(|(index, state)| {
+                let mut s = FileSource::new(dir);
+                let union = state.union_state("position-union").unwrap_or(&[]).to_vec();
+                s.restore_union(union).unwrap();
+                let list = state.list_state("position").unwrap_or(&[]).to_vec();
+                let ctx = OperatorContext {
+                    index: index as u32,
+                    parallelism,
+                    ..ctx()
+                };
+                s.open(&ctx, Some(list)).unwrap();
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rescaled_subtasks_read_every_line_once_whichever_files_their_names_hash_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut expected = Vec::new();
+        for f in 0..12 {
+            let lines: Vec<String> = (0..7).map(|l| format!("{f}-{l}")).collect();
+            std::fs::write(dir.path().join(format!("f{f}")), lines.join("\n") + "\n").unwrap();
+            expected.extend(lines);
+        }
+        expected.sort();
+        // 2 → 3 → 8 → 1 → 2, reading a little at each parallelism; a file that appears midway
+        // is claimed by exactly one subtask.
+        let mut read = Vec::new();
+        let mut sources = restore(dir.path(), Vec::new(), 2);
+        for (step, next) in [3, 8, 1, 2].into_iter().enumerate() {
+            let snapshots = read_then_snapshot(&mut sources, 5, &mut read);
+            if step == 1 {
+                std::fs::write(dir.path().join("late"), "late-0\nlate-1\n").unwrap();
+                expected.extend(["late-0".to_string(), "late-1".to_string()]);
+                expected.sort();
+            }
+            sources = restore(dir.path(), snapshots, next);
+        }
+        for s in &mut sources {
+            read.extend(drain(s, 3).unwrap());
+        }
+        read.sort();
+        assert_eq!(read, expected);
+    }
+
+    #[test]
+    fn a_subtask_restored_without_files_reads_nothing_already_held() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("only"), "a\nb\n").unwrap();
+        let mut read = Vec::new();
+        let mut sources = restore(dir.path(), Vec::new(), 1);
+        let snapshots = read_then_snapshot(&mut sources, 1, &mut read);
+        let mut sources = restore(dir.path(), snapshots, 4);
+        for s in &mut sources {
+            read.extend(drain(s, 3).unwrap());
+        }
+        assert_eq!(read, vec!["a", "b"]);
     }
 
     #[test]

@@ -4,6 +4,10 @@
 //! starts). Event `n` of split `s` is a pure function of `(seed, s, n)`, so a split's position
 //! — a single number — is all a checkpoint needs to record, and a restored job produces exactly
 //! the same events after it.
+//!
+//! Splits are list state: after a rescale a subtask may hold several, or none (then it emits
+//! nothing). A subtask with several reads the one furthest behind first, so the positions it
+//! emits, which jobs may use as event time, only ever go back by less than a batch.
 
 use weir_runtime::{OperatorContext, SourceFunction, SourceStatus, TaskError};
 
@@ -27,7 +31,6 @@ pub struct EventGenerator {
     rate: Option<u64>,
     /// (split, next position) of the splits this subtask reads.
     splits: Vec<(u32, u64)>,
-    next_split: usize,
     /// Since when, and how many events this subtask emitted, for the rate limit.
     opened: Option<std::time::Instant>,
     emitted: u64,
@@ -42,7 +45,6 @@ impl EventGenerator {
             limit: None,
             rate: None,
             splits: Vec::new(),
-            next_split: 0,
             opened: None,
             emitted: 0,
         }
@@ -123,22 +125,20 @@ impl SourceFunction<Event> for EventGenerator {
             }
             max = max.min(budget as usize);
         }
-        let n = self.splits.len();
-        for k in 0..n {
-            let i = (self.next_split + k) % n;
-            let (split, position) = self.splits[i];
-            let end = match self.limit {
-                Some(limit) if position >= limit => continue,
-                Some(limit) => limit.min(position + max as u64),
-                None => position + max as u64,
-            };
-            batch.extend((position..end).map(|p| self.event(split, p)));
-            self.splits[i].1 = end;
-            self.emitted += end - position;
-            self.next_split = (i + 1) % n;
-            return Ok(SourceStatus::Emitted);
-        }
-        Ok(SourceStatus::Exhausted)
+        let limit = self.limit.unwrap_or(u64::MAX);
+        // The split furthest behind, ties to the first.
+        let behind = (0..self.splits.len())
+            .filter(|&i| self.splits[i].1 < limit)
+            .min_by_key(|&i| self.splits[i].1);
+        let Some(i) = behind else {
+            return Ok(SourceStatus::Exhausted);
+        };
+        let (split, position) = self.splits[i];
+        let end = limit.min(position.saturating_add(max as u64));
+        batch.extend((position..end).map(|p| self.event(split, p)));
+        self.splits[i].1 = end;
+        self.emitted += end - position;
+        Ok(SourceStatus::Emitted)
     }
 
     fn snapshot_position(&mut self) -> Result<Vec<Vec<u8>>, TaskError> {

@@ -47,7 +47,8 @@ pub trait RemoteAttempt: Send {
 pub struct Restore<'a> {
     pub storage: &'a CheckpointStorage,
     pub metadata: &'a weir_storage::CheckpointMetadata,
-    /// The savepoint's directory, when the state comes from a savepoint.
+    /// The directory of the snapshot the state comes from when the job does not own it (a
+    /// savepoint, or a retained checkpoint given with `--from-savepoint`).
     pub savepoint: Option<&'a std::path::Path>,
 }
 
@@ -129,10 +130,14 @@ impl Deployed {
 /// returned.
 fn read_states(
     graph: &JobGraph,
-    storage: &CheckpointStorage,
-    metadata: &weir_storage::CheckpointMetadata,
+    restore: Restore<'_>,
     is_local: &dyn Fn(SubtaskId) -> bool,
 ) -> Result<Vec<RestoredState>, JobError> {
+    let Restore {
+        storage,
+        metadata,
+        savepoint,
+    } = restore;
     let subtasks: Vec<(&crate::graph::Node, u32)> = graph
         .nodes
         .iter()
@@ -147,7 +152,11 @@ fn read_states(
     let read = |i: usize| {
         let (node, index) = subtasks[i];
         let key_groups = KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
-        (i, subtask_state(storage, metadata, node, index, key_groups))
+        let owned = savepoint.is_none();
+        (
+            i,
+            subtask_state(storage, metadata, node, index, key_groups, owned),
+        )
     };
     let mut results: Vec<_> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..readers)
@@ -256,7 +265,7 @@ pub fn deploy(
     let restore_start = Instant::now();
     let alignment = crate::alignment::AlignmentGroups::default();
     let mut restored_states = match restore {
-        Some(r) => read_states(graph, r.storage, r.metadata, &is_local)?,
+        Some(r) => read_states(graph, r, &is_local)?,
         None => Vec::new(),
     }
     .into_iter();

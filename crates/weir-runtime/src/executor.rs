@@ -500,11 +500,15 @@ fn open_savepoint(
     let Some(path) = &config.from_savepoint else {
         return Ok(None);
     };
-    if start.latest.is_some() {
-        return Err(JobError::Restore(format!(
-            "both --resume and --from-savepoint {} were given: choose one",
-            path.display()
-        )));
+    if let Some(latest) = &start.latest {
+        // Resuming a job that was started from a savepoint: its own checkpoints hold all it
+        // did since, the savepoint is no longer needed (and in claim mode may be gone).
+        tracing::info!(
+            checkpoint = %latest.checkpoint.id,
+            savepoint = %path.display(),
+            "resuming from the job's own checkpoint, not from the savepoint it started from"
+        );
+        return Ok(None);
     }
     let (storage, metadata) = weir_storage::savepoint::open_savepoint(path)
         .map_err(|e| JobError::Restore(format!("cannot restore from {}: {e}", path.display())))?;

@@ -61,7 +61,23 @@ pub trait SourceFunction<T>: Send + 'static {
     fn poll_batch(&mut self, batch: &mut Vec<T>, max: usize) -> Result<SourceStatus, TaskError>;
     /// The read position, as list-state elements (redistributed round-robin on rescale).
     /// Called between batches, right after the barrier was emitted.
+    ///
+    /// A subtask that restores no element (there are more subtasks than elements after a
+    /// rescale) is opened with `Some(vec![])`, not `None`: it must read nothing that the
+    /// elements describe, never start over from the beginning.
     fn snapshot_position(&mut self) -> Result<Vec<Vec<u8>>, TaskError>;
+    /// Union-state elements taken with the position (none by default). On restore every
+    /// subtask receives those of all old subtasks, through
+    /// [`restore_union`](Self::restore_union): what a subtask must know of the others'
+    /// positions, such as which files some subtask already owns.
+    fn snapshot_union(&mut self) -> Result<Vec<Vec<u8>>, TaskError> {
+        Ok(Vec::new())
+    }
+    /// Called before [`open`](Self::open) on a restore, with the union-state elements of every
+    /// old subtask (empty if the checkpoint holds none).
+    fn restore_union(&mut self, _elements: Vec<Vec<u8>>) -> Result<(), TaskError> {
+        Ok(())
+    }
     fn notify_complete(&mut self, _checkpoint: CheckpointId) -> Result<(), TaskError> {
         Ok(())
     }

@@ -126,15 +126,28 @@ pub fn check_compatible(graph: &JobGraph, metadata: &CheckpointMetadata) -> Resu
 /// parallelism) from `metadata`: keyed state of the key groups it now owns (see
 /// [`read_keyed_state`]), and its share of the operator state redistributed round-robin. Every
 /// file's checksum is verified; an error names the checkpoint and the file.
+///
+/// `owned` says whether the snapshot is one of the job's own checkpoints. If not (a savepoint,
+/// or a retained checkpoint of another run), the keyed state is detached from its shared files
+/// so that the job's first checkpoint is written in full.
+// Invariant: a job never references the files of a snapshot it does not own; in no-claim
+// mode the user may delete it as soon as the first checkpoint completed, in claim mode Weir
+// deletes it then.
 pub fn subtask_state(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
     node: &Node,
     index: u32,
     key_groups: KeyGroupRange,
+    owned: bool,
 ) -> Result<RestoredState, JobError> {
     let id = node.id();
-    let keyed = read_keyed_state(storage, metadata, id, key_groups)?;
+    let mut keyed = read_keyed_state(storage, metadata, id, key_groups)?;
+    if !owned {
+        if let Some(reader) = &mut keyed {
+            reader.detach_from_shared_files();
+        }
+    }
     let mut operator = Vec::new();
     let mut saw_operator_state = false;
     for state in subtask_states(metadata, id) {

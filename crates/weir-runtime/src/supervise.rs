@@ -143,7 +143,7 @@ impl Watch {
                     {
                         // Invariant: a claimed savepoint goes only once a newer checkpoint holds
                         // the job's whole state.
-                        match std::fs::remove_dir_all(path) {
+                        match weir_storage::savepoint::discard_claimed(path) {
                             Ok(()) => {
                                 tracing::info!(checkpoint = %id, path = %path.display(), "deleted the claimed savepoint")
                             }

@@ -252,12 +252,14 @@ where
     S: SourceFunction<T>,
     W: SourceWatermarks<T>,
 {
-    let positions = rt.restored.operator.take().map(|s| {
-        s.list
-            .into_iter()
-            .flat_map(|(_, elements)| elements)
-            .collect::<Vec<_>>()
-    });
+    let positions = match rt.restored.operator.take() {
+        Some(state) => {
+            let union = state.union.into_iter().flat_map(|(_, e)| e).collect();
+            source.restore_union(union)?;
+            Some(state.list.into_iter().flat_map(|(_, e)| e).collect())
+        }
+        None => None,
+    };
     source.open(&rt.ctx, positions)?;
     rt.report(TaskStatus::Running);
     let mut exhausted = false;
@@ -402,14 +404,7 @@ where
             // The position is taken right after the barrier: everything before it was emitted.
             out.barrier(barrier)?;
             let sync_start = Instant::now();
-            let snapshot = source.snapshot_position().map(|elements| OperatorSnapshot {
-                keyed: Vec::new(),
-                operator: Some(weir_state::OperatorStateSnapshot {
-                    list: vec![("position".to_string(), elements)],
-                    union: Vec::new(),
-                }),
-                incremental: None,
-            });
+            let snapshot = source_snapshot(source);
             rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier));
             if finish.is_some() {
                 Next::Finish
@@ -424,6 +419,25 @@ where
         }
         TaskControl::NotifyAborted(_) => Next::Continue,
         TaskControl::Cancel | TaskControl::Shutdown => Next::Exit,
+    })
+}
+
+/// A source's position (list state) and what the other subtasks must know of it (union
+/// state), as its operator state.
+fn source_snapshot<T, S: SourceFunction<T>>(source: &mut S) -> Result<OperatorSnapshot, TaskError> {
+    let list = source.snapshot_position()?;
+    let union = source.snapshot_union()?;
+    Ok(OperatorSnapshot {
+        keyed: Vec::new(),
+        operator: Some(weir_state::OperatorStateSnapshot {
+            list: vec![("position".to_string(), list)],
+            union: if union.is_empty() {
+                Vec::new()
+            } else {
+                vec![("position-union".to_string(), union)]
+            },
+        }),
+        incremental: None,
     })
 }
 

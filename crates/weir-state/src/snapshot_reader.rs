@@ -285,6 +285,21 @@ impl KeyedSnapshotReader {
             .map(Chain::from)
     }
 
+    /// Forgets where the blobs lie in shared files: [`key_group_chain`](Self::key_group_chain)
+    /// then returns `None` everywhere, and a subtask restored from this reader writes its first
+    /// incremental checkpoint in full. For a restore from a snapshot the job does not own (a
+    /// savepoint, or another job's retained checkpoint): the job's checkpoints must never
+    /// depend on its files.
+    pub fn detach_from_shared_files(&mut self) {
+        for table in &mut self.tables {
+            for chain in table.blobs.values_mut() {
+                for blob in chain {
+                    blob.origin = None;
+                }
+            }
+        }
+    }
+
     /// Builds a reader from parts validated by the incremental snapshot format.
     pub(crate) fn from_parts(
         buffers: Vec<Arc<Vec<u8>>>,

@@ -83,7 +83,8 @@ pub struct JobArgs {
     /// Parallelism of every operator.
     #[arg(long, short = 'p')]
     pub parallelism: Option<u32>,
-    /// Continue from the latest completed checkpoint in the checkpoint directory.
+    /// Continue from the latest completed checkpoint in the checkpoint directory; with
+    /// --from-savepoint, start from the savepoint while the directory holds none yet.
     #[arg(long, conflicts_with = "fresh")]
     pub resume: bool,
     /// Delete the job's existing checkpoints and start over.
@@ -98,7 +99,7 @@ pub struct JobArgs {
     #[command(flatten)]
     pub rest: crate::rest_args::RestArgs,
     /// Start from a savepoint (or a retained checkpoint directory) instead.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["resume"])]
+    #[arg(long, value_name = "PATH")]
     pub from_savepoint: Option<PathBuf>,
     /// With --from-savepoint: skip state of operators no longer in the job.
     #[arg(long, requires = "from_savepoint")]
@@ -210,6 +211,35 @@ pub enum RunCommand {
     /// Count words exactly once: every occurrence of a word becomes a line `word<TAB>count`
     /// (its count so far) in committed files of the output directory.
     Wordcount(WordcountArgs),
+    /// Sum each user's spend per tumbling event-time window of generated purchases, exactly
+    /// once: a line `user<TAB>window start<TAB>spend<TAB>purchases` per window, in committed
+    /// files of the output directory.
+    SpendWindows(SpendWindowsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SpendWindowsArgs {
+    /// Where committed output files go; in-progress files there are hidden (dot-prefixed).
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Purchases per source split (one split per source subtask of the first run); one
+    /// purchase per millisecond of event time.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub events: u64,
+    /// Limit each source subtask to N purchases per second.
+    #[arg(long, value_name = "N")]
+    pub rate: Option<u64>,
+    /// Distinct users (the keys).
+    #[arg(long, default_value_t = 1_000)]
+    pub users: u64,
+    /// The windows' size in milliseconds of event time (purchases per split).
+    #[arg(long, value_name = "MS", default_value_t = 2_000)]
+    pub window: u64,
+    /// The generator's seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
 }
 
 #[derive(Args, Debug, Clone)]

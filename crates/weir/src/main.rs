@@ -15,6 +15,7 @@ mod demo;
 mod jobs;
 mod progress;
 mod rest_args;
+mod spend_windows;
 mod wordcount;
 
 use clap::Parser;
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Demo(args) => demo::run(args),
         cli::Command::Run(cli::RunCommand::Wordcount(args)) => wordcount::run(args),
+        cli::Command::Run(cli::RunCommand::SpendWindows(args)) => spend_windows::run(args),
         cli::Command::Bench(mut args) => match args.suite.take() {
             Some(suite) => bench_suite::run(suite),
             None => bench::run(args),

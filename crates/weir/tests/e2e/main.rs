@@ -7,3 +7,4 @@ mod cluster;
 mod common;
 mod demo;
 mod kill_and_resume;
+mod restore_matrix;

@@ -272,6 +272,11 @@ impl CheckpointCoordinator {
         self.pending.len()
     }
 
+    /// Whether checkpoint `id` is in flight (including while its metadata is being written).
+    pub fn is_pending(&self, id: CheckpointId) -> bool {
+        self.pending.contains_key(&id)
+    }
+
     /// The checkpoints in flight, by ascending id.
     pub fn pending(&self) -> impl Iterator<Item = &PendingCheckpoint> {
         self.pending.values()

@@ -49,9 +49,12 @@ struct Driver {
     /// The current attempt; messages of earlier attempts are ignored.
     attempt: u32,
     handle: JobHandle,
+    // Invariant: between events, `requests`, `savepoints` and `written` hold only checkpoints
+    // the coordinator still has pending, and `targets` only requests not answered yet, so
+    // none of them grows with the number of checkpoints taken.
     /// Savepoint directories asked for, by request.
     targets: HashMap<RequestId, Option<PathBuf>>,
-    /// The request each requested checkpoint serves.
+    /// The request each checkpoint serves (a periodic trigger's token for periodic ones).
     requests: HashMap<CheckpointId, RequestId>,
     /// Where completed savepoints were written.
     savepoints: HashMap<CheckpointId, PathBuf>,
@@ -243,6 +246,24 @@ impl Driver {
                 queue.extend(self.coordinator.handle(event, self.clock.now_ms()));
             }
         }
+        self.forget_ended();
+    }
+
+    /// Drops what the driver kept for checkpoints that completed, were aborted or subsumed, or
+    /// whose id was never used (a trigger queued again after its id arrived). Cheap when
+    /// nothing ended: the maps are then no larger than the pending set.
+    fn forget_ended(&mut self) {
+        let pending = self.coordinator.pending_count();
+        let coordinator = &self.coordinator;
+        if self.requests.len() > pending {
+            self.requests.retain(|id, _| coordinator.is_pending(*id));
+        }
+        if self.savepoints.len() > pending {
+            self.savepoints.retain(|id, _| coordinator.is_pending(*id));
+        }
+        if self.written.len() > pending {
+            self.written.retain(|id, _| coordinator.is_pending(*id));
+        }
     }
 
     fn execute(&mut self, action: Action) -> Option<Event> {
@@ -374,6 +395,7 @@ impl Driver {
                 checkpoint,
             } => {
                 tracing::debug!(request, %checkpoint, "requested checkpoint completed");
+                self.targets.remove(&request);
                 let location = self.savepoints.remove(&checkpoint);
                 self.handle.set_request(
                     request,
@@ -385,6 +407,7 @@ impl Driver {
                 None
             }
             Action::RequestFailed { request, reason } => {
+                self.targets.remove(&request);
                 self.handle
                     .set_request(request, RequestStatus::Failed(reason.clone()));
                 if request == STOP_REQUEST {
@@ -463,3 +486,6 @@ enum Translated {
     Nothing,
     Shutdown { drain: bool },
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,164 @@
+//! The driver without its thread: messages go through `translate` and `apply` directly, with a
+//! manual clock and checkpoint storage in a temporary directory.
+
+use super::*;
+use crossbeam_channel::unbounded;
+use weir_checkpoint::{
+    AckMetrics, JobStatus, JobVertices, StandaloneCheckpointIdCounter, TaskStatus,
+};
+use weir_core::config::CheckpointConfig;
+use weir_core::{ManualClock, OperatorId, SubtaskState};
+
+use crate::executor::StopHandle;
+use crate::graph::JobGraph;
+
+const JOB_NAME: &str = "driver-test";
+
+fn source() -> SubtaskId {
+    SubtaskId::new(OperatorId(1), 0)
+}
+
+/// A driver for a job of one source subtask, already running.
+fn running_driver(dir: &std::path::Path, config: CheckpointConfig) -> (Driver, Receiver<JobEvent>) {
+    let job = JobId::from_name(JOB_NAME);
+    let vertices = JobVertices {
+        sources: vec![source()],
+        all: vec![source()],
+    };
+    let graph = JobGraph {
+        name: JOB_NAME.into(),
+        max_parallelism: 128,
+        nodes: Vec::new(),
+        edges: Vec::new(),
+    };
+    let (events, events_rx) = unbounded();
+    let mut driver = Driver {
+        setup: DriverSetup {
+            job,
+            job_name: JOB_NAME.into(),
+            max_parallelism: 128,
+            operators: Vec::new(),
+            sources: vec![source()],
+            checkpoint_timeout: config.timeout,
+            savepoint_dir: Some(dir.join("savepoints")),
+        },
+        coordinator: CheckpointCoordinator::new(job, config.clone(), vertices),
+        counter: Box::new(StandaloneCheckpointIdCounter::new()),
+        storage: CheckpointStorage::open(&dir.join("checkpoints"), JOB_NAME).unwrap(),
+        clock: Arc::new(ManualClock::new(1_000)),
+        controls: HashMap::new(),
+        events,
+        stopping: None,
+        stop_drain: Drain::Keep,
+        attempt: 0,
+        handle: JobHandle::new(&graph, &config, StopHandle::new()),
+        targets: HashMap::new(),
+        requests: HashMap::new(),
+        savepoints: HashMap::new(),
+        written: HashMap::new(),
+    };
+    driver.apply(Event::SubtaskStatus {
+        subtask: source(),
+        status: TaskStatus::Running,
+    });
+    driver.apply(Event::JobStatusChanged(JobStatus::Running));
+    (driver, events_rx)
+}
+
+/// Hands `message` to the driver as its thread would.
+fn deliver(driver: &mut Driver, message: CoordinatorMessage) {
+    if let Translated::Event(event) = driver.translate(message) {
+        driver.apply(event);
+    }
+}
+
+fn pending(driver: &Driver) -> Vec<CheckpointId> {
+    driver.coordinator.pending().map(|p| p.id()).collect()
+}
+
+fn trigger(driver: &mut Driver, request: RequestId, kind: CheckpointKind, target: Option<PathBuf>) {
+    deliver(
+        driver,
+        CoordinatorMessage::Trigger {
+            kind,
+            request,
+            target,
+        },
+    );
+}
+
+fn ack(checkpoint: CheckpointId) -> CoordinatorMessage {
+    CoordinatorMessage::Ack {
+        attempt: 0,
+        subtask: source(),
+        checkpoint,
+        state: SubtaskState::default(),
+        metrics: AckMetrics::default(),
+    }
+}
+
+#[test]
+fn the_driver_forgets_the_requests_and_targets_of_checkpoints_that_completed_aborted_or_were_subsumed(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig {
+        max_concurrent: 2,
+        ..CheckpointConfig::default()
+    };
+    let (mut driver, _events) = running_driver(dir.path(), config);
+    let mut request = 0;
+    for round in 0..40 {
+        request += 1;
+        match round % 4 {
+            // A checkpoint that completes.
+            0 => {
+                trigger(&mut driver, request, CheckpointKind::Checkpoint, None);
+                let [checkpoint] = pending(&driver)[..] else {
+                    panic!("one pending checkpoint expected")
+                };
+                deliver(&mut driver, ack(checkpoint));
+            }
+            // A checkpoint that is declined.
+            1 => {
+                trigger(&mut driver, request, CheckpointKind::Checkpoint, None);
+                let [checkpoint] = pending(&driver)[..] else {
+                    panic!("one pending checkpoint expected")
+                };
+                let decline = CoordinatorMessage::Decline {
+                    attempt: 0,
+                    subtask: source(),
+                    checkpoint,
+                    reason: "declined by the test".into(),
+                };
+                deliver(&mut driver, decline);
+            }
+            // A savepoint into a directory the request names.
+            2 => {
+                let target = Some(dir.path().join("asked-for"));
+                trigger(&mut driver, request, CheckpointKind::Savepoint, target);
+                let [checkpoint] = pending(&driver)[..] else {
+                    panic!("one pending savepoint expected")
+                };
+                deliver(&mut driver, ack(checkpoint));
+            }
+            // Two checkpoints at once; the newer completes and subsumes the older.
+            _ => {
+                trigger(&mut driver, request, CheckpointKind::Checkpoint, None);
+                request += 1;
+                trigger(&mut driver, request, CheckpointKind::Checkpoint, None);
+                let [_, newer] = pending(&driver)[..] else {
+                    panic!("two pending checkpoints expected")
+                };
+                deliver(&mut driver, ack(newer));
+            }
+        }
+        assert_eq!(driver.coordinator.pending_count(), 0, "round {round}");
+        assert!(
+            driver.requests.is_empty() && driver.targets.is_empty(),
+            "after round {round}: {} requests, {} targets",
+            driver.requests.len(),
+            driver.targets.len()
+        );
+    }
+    assert!(driver.savepoints.is_empty() && driver.written.is_empty());
+}

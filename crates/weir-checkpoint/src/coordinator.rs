@@ -209,6 +209,12 @@ impl CheckpointCoordinator {
                 state,
                 metrics,
             } => self.on_ack(job, subtask, checkpoint, state, &metrics, now_ms, &mut out),
+            Event::StaleAck {
+                job,
+                subtask,
+                checkpoint,
+                state,
+            } => self.on_stale_ack(job, subtask, checkpoint, state, &mut out),
             Event::Decline {
                 job,
                 subtask,

@@ -113,6 +113,15 @@ pub enum Event {
         state: SubtaskState,
         metrics: AckMetrics,
     },
+    /// An acknowledgement sent by a subtask of an earlier attempt of the job (the job restarted
+    /// since): it counts for nothing, and its files are deleted unless a retained or pending
+    /// checkpoint references them.
+    StaleAck {
+        job: JobId,
+        subtask: SubtaskId,
+        checkpoint: CheckpointId,
+        state: SubtaskState,
+    },
     Decline {
         job: JobId,
         subtask: SubtaskId,

@@ -145,6 +145,23 @@ impl Driver {
             _ => false,
         };
         if stale {
+            if let CoordinatorMessage::Ack {
+                subtask,
+                checkpoint,
+                state,
+                ..
+            } = message
+            {
+                // Its snapshot was written for nothing: the coordinator says which of its
+                // files no checkpoint references, and those are deleted.
+                tracing::debug!(%subtask, %checkpoint, "acknowledgement of an earlier attempt");
+                return Translated::Event(Event::StaleAck {
+                    job,
+                    subtask,
+                    checkpoint,
+                    state,
+                });
+            }
             tracing::debug!(?message, "ignoring a message of an earlier attempt");
             return Translated::Nothing;
         }

@@ -7,7 +7,8 @@ use weir_checkpoint::{
     AckMetrics, JobStatus, JobVertices, StandaloneCheckpointIdCounter, TaskStatus,
 };
 use weir_core::config::CheckpointConfig;
-use weir_core::{ManualClock, OperatorId, SubtaskState};
+use weir_core::{HandleKind, ManualClock, OperatorId, StateHandle, SubtaskState};
+use weir_storage::CheckpointLayout;
 
 use crate::executor::StopHandle;
 use crate::graph::JobGraph;
@@ -88,11 +89,15 @@ fn trigger(driver: &mut Driver, request: RequestId, kind: CheckpointKind, target
 }
 
 fn ack(checkpoint: CheckpointId) -> CoordinatorMessage {
+    ack_with(0, checkpoint, SubtaskState::default())
+}
+
+fn ack_with(attempt: u32, checkpoint: CheckpointId, state: SubtaskState) -> CoordinatorMessage {
     CoordinatorMessage::Ack {
-        attempt: 0,
+        attempt,
         subtask: source(),
         checkpoint,
-        state: SubtaskState::default(),
+        state,
         metrics: AckMetrics::default(),
     }
 }
@@ -161,4 +166,84 @@ fn the_driver_forgets_the_requests_and_targets_of_checkpoints_that_completed_abo
         );
     }
     assert!(driver.savepoints.is_empty() && driver.written.is_empty());
+}
+
+/// Writes a state file of `subtask` for `checkpoint` as a snapshot worker would.
+fn write_state(driver: &Driver, checkpoint: CheckpointId, shared: bool) -> StateHandle {
+    let kind = HandleKind::Operator;
+    if shared {
+        let path = CheckpointLayout::shared_file(checkpoint, "source", 0, 7);
+        driver
+            .storage
+            .write_shared_file(path, kind, vec![b"shared".to_vec()])
+            .unwrap()
+    } else {
+        let path = CheckpointLayout::state_file(checkpoint, "source", 0, "op");
+        driver
+            .storage
+            .write_state_file(path, kind, b"private")
+            .unwrap()
+    }
+}
+
+fn exists(driver: &Driver, handle: &StateHandle) -> bool {
+    driver.storage.read_file(&handle.path).is_ok()
+}
+
+#[test]
+fn an_acknowledgement_of_an_earlier_attempt_has_its_unreferenced_files_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut driver, _events) = running_driver(dir.path(), CheckpointConfig::default());
+    // Checkpoint 1 completes and references a shared file.
+    trigger(&mut driver, 1, CheckpointKind::Checkpoint, None);
+    let [first] = pending(&driver)[..] else {
+        panic!("one pending checkpoint expected")
+    };
+    let kept = write_state(&driver, first, true);
+    let state = SubtaskState::from_handles(vec![kept.clone()]);
+    deliver(&mut driver, ack_with(0, first, state));
+    assert_eq!(
+        driver.coordinator.latest_completed().map(|c| c.id),
+        Some(first)
+    );
+    // Checkpoint 2 is in flight when the attempt fails and the job restarts.
+    trigger(&mut driver, 2, CheckpointKind::Checkpoint, None);
+    let [second] = pending(&driver)[..] else {
+        panic!("one pending checkpoint expected")
+    };
+    deliver(
+        &mut driver,
+        CoordinatorMessage::JobStatus(JobStatus::Restarting),
+    );
+    deliver(
+        &mut driver,
+        CoordinatorMessage::NewAttempt {
+            attempt: 1,
+            controls: HashMap::new(),
+        },
+    );
+    deliver(
+        &mut driver,
+        CoordinatorMessage::JobStatus(JobStatus::Running),
+    );
+    // The failed attempt's snapshot worker finishes checkpoint 2 only now.
+    let private = write_state(&driver, second, false);
+    let new_shared = write_state(&driver, second, true);
+    let state = SubtaskState::from_handles(vec![private.clone(), new_shared.clone(), kept.clone()]);
+    deliver(&mut driver, ack_with(0, second, state));
+    assert!(
+        !exists(&driver, &private),
+        "{} is left behind",
+        private.path
+    );
+    assert!(
+        !exists(&driver, &new_shared),
+        "{} is left behind",
+        new_shared.path
+    );
+    assert!(
+        exists(&driver, &kept),
+        "checkpoint {first} still references {}",
+        kept.path
+    );
 }

@@ -217,8 +217,9 @@ pub enum AbortReason {
     /// The metadata could not be written durably.
     MetadataWriteFailed(String),
     /// The completed checkpoint store refused to record it (in HA mode: ZooKeeper
-    /// unreachable, or this job manager no longer leads). Its files stay: a pointer may have
-    /// been written, and a new leader may restore from it.
+    /// unreachable, or this job manager no longer leads). If it was fenced, its own directory
+    /// (metadata, private files) goes; otherwise its files stay: a pointer may have been
+    /// written, and a new leader may restore from it.
     NotRecorded(String),
 }
 

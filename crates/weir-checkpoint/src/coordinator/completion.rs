@@ -8,6 +8,7 @@
 use super::{CheckpointCoordinator, Finished};
 use crate::events::{AbortReason, AckMetrics, Action};
 use crate::pending::{AckOutcome, PendingCheckpoint};
+use crate::store::StoreError;
 use std::collections::{BTreeSet, HashSet};
 use weir_core::{CheckpointId, CheckpointKind, JobId, StateHandle, SubtaskId, SubtaskState};
 
@@ -222,6 +223,16 @@ impl CheckpointCoordinator {
             match self.store.add(checkpoint.clone()) {
                 Ok(discards) => evicted = discards,
                 Err(e) => {
+                    if let StoreError::Fenced(_) = e {
+                        // Invariant: only `chk-<id>` goes (its metadata and private files, which
+                        // nobody else writes: the id came from the shared counter). Shared files
+                        // are counted by the leader that fenced this one; a stale view of their
+                        // references must not delete them.
+                        out.push(Action::DiscardCheckpoint {
+                            checkpoint: checkpoint.id,
+                            shared_paths: Vec::new(),
+                        });
+                    }
                     let reason = AbortReason::NotRecorded(e.to_string());
                     self.abort_pending(pending, reason, false, now_ms, out);
                     return;

@@ -4,7 +4,8 @@
 use super::*;
 use crossbeam_channel::unbounded;
 use weir_checkpoint::{
-    AckMetrics, JobStatus, JobVertices, StandaloneCheckpointIdCounter, TaskStatus,
+    AckMetrics, CompletedCheckpoint, CompletedCheckpointStore, Discard, JobStatus, JobVertices,
+    StandaloneCheckpointIdCounter, StandaloneCompletedCheckpointStore, StoreError, TaskStatus,
 };
 use weir_core::config::CheckpointConfig;
 use weir_core::{HandleKind, ManualClock, OperatorId, StateHandle, SubtaskState};
@@ -21,6 +22,16 @@ fn source() -> SubtaskId {
 
 /// A driver for a job of one source subtask, already running.
 fn running_driver(dir: &std::path::Path, config: CheckpointConfig) -> (Driver, Receiver<JobEvent>) {
+    let store = StandaloneCompletedCheckpointStore::new(config.num_retained);
+    running_driver_with_store(dir, config, Box::new(store))
+}
+
+/// Like [`running_driver`], with the coordinator keeping completed checkpoints in `store`.
+fn running_driver_with_store(
+    dir: &std::path::Path,
+    config: CheckpointConfig,
+    store: Box<dyn CompletedCheckpointStore>,
+) -> (Driver, Receiver<JobEvent>) {
     let job = JobId::from_name(JOB_NAME);
     let vertices = JobVertices {
         sources: vec![source()],
@@ -43,7 +54,7 @@ fn running_driver(dir: &std::path::Path, config: CheckpointConfig) -> (Driver, R
             checkpoint_timeout: config.timeout,
             savepoint_dir: Some(dir.join("savepoints")),
         },
-        coordinator: CheckpointCoordinator::new(job, config.clone(), vertices),
+        coordinator: CheckpointCoordinator::with_store(job, config.clone(), vertices, store),
         counter: Box::new(StandaloneCheckpointIdCounter::new()),
         storage: CheckpointStorage::open(&dir.join("checkpoints"), JOB_NAME).unwrap(),
         clock: Arc::new(ManualClock::new(1_000)),
@@ -246,4 +257,52 @@ fn an_acknowledgement_of_an_earlier_attempt_has_its_unreferenced_files_deleted()
         "checkpoint {first} still references {}",
         kept.path
     );
+}
+
+/// A store that refuses every checkpoint, as ZooKeeper refuses a leader that was fenced.
+struct FencedStore(StandaloneCompletedCheckpointStore);
+
+impl CompletedCheckpointStore for FencedStore {
+    fn add(&mut self, _checkpoint: CompletedCheckpoint) -> Result<Vec<Discard>, StoreError> {
+        Err(StoreError::Fenced("not the leader any more".into()))
+    }
+    fn latest(&self) -> Option<&CompletedCheckpoint> {
+        self.0.latest()
+    }
+    fn all(&self) -> &[CompletedCheckpoint] {
+        self.0.all()
+    }
+    fn is_shared_path_referenced(&self, path: &str) -> bool {
+        self.0.is_shared_path_referenced(path)
+    }
+    fn shutdown(&mut self, discard_all: bool) -> Vec<Discard> {
+        self.0.shutdown(discard_all)
+    }
+}
+
+#[test]
+fn a_checkpoint_refused_by_a_fenced_store_leaves_no_metadata_for_a_later_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::default();
+    let store = FencedStore(StandaloneCompletedCheckpointStore::new(config.num_retained));
+    let (mut driver, _events) = running_driver_with_store(dir.path(), config, Box::new(store));
+    trigger(&mut driver, 1, CheckpointKind::Checkpoint, None);
+    let [checkpoint] = pending(&driver)[..] else {
+        panic!("one pending checkpoint expected")
+    };
+    let private = write_state(&driver, checkpoint, false);
+    let shared = write_state(&driver, checkpoint, true);
+    let state = SubtaskState::from_handles(vec![private.clone(), shared.clone()]);
+    deliver(&mut driver, ack_with(0, checkpoint, state));
+    assert!(driver.coordinator.latest_completed().is_none());
+    // What a storage sweep or a `--resume` without HA would take for a completed checkpoint.
+    let completed = driver.storage.list_completed().unwrap();
+    assert!(!completed.contains(&checkpoint), "{completed:?}");
+    assert!(
+        !exists(&driver, &private),
+        "{} is left behind",
+        private.path
+    );
+    // Shared files are reference-counted by the leader that fenced this one: left alone.
+    assert!(exists(&driver, &shared));
 }

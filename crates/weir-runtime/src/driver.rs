@@ -107,6 +107,14 @@ impl Driver {
                 }
             }
             let now = self.clock.now_ms();
+            // Invariant: a deadline that is due is served before the next message. Waiting
+            // for an empty channel instead would let a steady stream of acknowledgements hold
+            // back expiries and periodic triggers indefinitely. One tick per message at most,
+            // so a deadline that a tick cannot clear does not starve the messages either.
+            if self.coordinator.next_deadline().is_some_and(|at| at <= now) {
+                self.apply(Event::Tick);
+            }
+            let now = self.clock.now_ms();
             let mut wake = self.coordinator.next_deadline();
             if let Some(until) = drain_until {
                 wake = Some(wake.map_or(until, |w| w.min(until)));

@@ -306,3 +306,31 @@ fn a_checkpoint_refused_by_a_fenced_store_leaves_no_metadata_for_a_later_resume(
     // Shared files are reference-counted by the leader that fenced this one: left alone.
     assert!(exists(&driver, &shared));
 }
+
+#[test]
+fn a_due_expiry_is_served_before_messages_that_keep_arriving() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CheckpointConfig::default();
+    let timeout_ms = config.timeout.as_millis() as u64;
+    let (mut driver, _events) = running_driver(dir.path(), config);
+    trigger(&mut driver, 1, CheckpointKind::Checkpoint, None);
+    let [checkpoint] = pending(&driver)[..] else {
+        panic!("one pending checkpoint expected")
+    };
+    // The checkpoint is past its timeout, and the channel is never empty when the driver
+    // looks: a message is waiting already.
+    driver.clock = Arc::new(ManualClock::new(1_000 + timeout_ms + 1));
+    let (messages, inbox) = unbounded();
+    let (reply, stats) = unbounded();
+    messages.send(CoordinatorMessage::Stats(reply)).unwrap();
+    messages
+        .send(CoordinatorMessage::Shutdown { drain: false })
+        .unwrap();
+    driver.run(inbox);
+    let seen = stats.recv().unwrap();
+    assert_eq!(
+        (seen.counts.in_progress, seen.counts.failed),
+        (0, 1),
+        "checkpoint {checkpoint} should have expired before the next message was handled"
+    );
+}

@@ -44,6 +44,7 @@ fn running_driver_with_store(
         edges: Vec::new(),
     };
     let (events, events_rx) = unbounded();
+    let storage = CheckpointStorage::open(&dir.join("checkpoints"), JOB_NAME).unwrap();
     let mut driver = Driver {
         setup: DriverSetup {
             job,
@@ -55,8 +56,11 @@ fn running_driver_with_store(
             savepoint_dir: Some(dir.join("savepoints")),
         },
         coordinator: CheckpointCoordinator::with_store(job, config.clone(), vertices, store),
-        counter: Box::new(StandaloneCheckpointIdCounter::new()),
-        storage: CheckpointStorage::open(&dir.join("checkpoints"), JOB_NAME).unwrap(),
+        io: Io::start(
+            Box::new(StandaloneCheckpointIdCounter::new()),
+            storage.clone(),
+        ),
+        storage,
         clock: Arc::new(ManualClock::new(1_000)),
         controls: HashMap::new(),
         events,
@@ -77,11 +81,13 @@ fn running_driver_with_store(
     (driver, events_rx)
 }
 
-/// Hands `message` to the driver as its thread would.
+/// Hands `message` to the driver as its thread would, and waits until the I/O it led to is
+/// done and answered.
 fn deliver(driver: &mut Driver, message: CoordinatorMessage) {
     if let Translated::Event(event) = driver.translate(message) {
         driver.apply(event);
     }
+    driver.settle();
 }
 
 fn pending(driver: &Driver) -> Vec<CheckpointId> {
@@ -333,4 +339,38 @@ fn a_due_expiry_is_served_before_messages_that_keep_arriving() {
         (0, 1),
         "checkpoint {checkpoint} should have expired before the next message was handled"
     );
+}
+
+#[test]
+fn metadata_is_written_off_the_driver_thread_and_the_checkpoint_completes_only_once_it_is_durable()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (mut driver, _events) = running_driver(dir.path(), CheckpointConfig::default());
+    trigger(&mut driver, 1, CheckpointKind::Checkpoint, None);
+    let [checkpoint] = pending(&driver)[..] else {
+        panic!("one pending checkpoint expected")
+    };
+    // The last acknowledgement, handled as the driver thread would, without waiting for I/O.
+    let Translated::Event(event) = driver.translate(ack(checkpoint)) else {
+        panic!("an acknowledgement is an event")
+    };
+    driver.apply(event);
+    assert!(
+        driver.coordinator.is_pending(checkpoint),
+        "the driver thread wrote the metadata itself"
+    );
+    assert!(driver.coordinator.latest_completed().is_none());
+    // Meanwhile the driver answers requests.
+    let (reply, stats) = unbounded();
+    assert!(matches!(
+        driver.translate(CoordinatorMessage::Stats(reply)),
+        Translated::Nothing
+    ));
+    assert_eq!(stats.recv().unwrap().counts.in_progress, 1);
+    driver.settle();
+    assert_eq!(
+        driver.coordinator.latest_completed().map(|c| c.id),
+        Some(checkpoint)
+    );
+    assert!(driver.storage.read_metadata(checkpoint).is_ok());
 }

@@ -209,6 +209,12 @@ impl CheckpointCoordinator {
                 state,
                 metrics,
             } => self.on_ack(job, subtask, checkpoint, state, &metrics, now_ms, &mut out),
+            Event::StaleAck {
+                job,
+                subtask,
+                checkpoint,
+                state,
+            } => self.on_stale_ack(job, subtask, checkpoint, state, &mut out),
             Event::Decline {
                 job,
                 subtask,
@@ -270,6 +276,11 @@ impl CheckpointCoordinator {
     /// Checkpoints and savepoints in flight (including those whose metadata is being written).
     pub fn pending_count(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Whether checkpoint `id` is in flight (including while its metadata is being written).
+    pub fn is_pending(&self, id: CheckpointId) -> bool {
+        self.pending.contains_key(&id)
     }
 
     /// The checkpoints in flight, by ascending id.

@@ -113,6 +113,15 @@ pub enum Event {
         state: SubtaskState,
         metrics: AckMetrics,
     },
+    /// An acknowledgement sent by a subtask of an earlier attempt of the job (the job restarted
+    /// since): it counts for nothing, and its files are deleted unless a retained or pending
+    /// checkpoint references them.
+    StaleAck {
+        job: JobId,
+        subtask: SubtaskId,
+        checkpoint: CheckpointId,
+        state: SubtaskState,
+    },
     Decline {
         job: JobId,
         subtask: SubtaskId,
@@ -208,8 +217,9 @@ pub enum AbortReason {
     /// The metadata could not be written durably.
     MetadataWriteFailed(String),
     /// The completed checkpoint store refused to record it (in HA mode: ZooKeeper
-    /// unreachable, or this job manager no longer leads). Its files stay: a pointer may have
-    /// been written, and a new leader may restore from it.
+    /// unreachable, or this job manager no longer leads). If it was fenced, its own directory
+    /// (metadata, private files) goes; otherwise its files stay: a pointer may have been
+    /// written, and a new leader may restore from it.
     NotRecorded(String),
 }
 

@@ -44,10 +44,21 @@ pub trait CompletedCheckpointStore: Send {
     fn shutdown(&mut self, discard_all: bool) -> Vec<Discard>;
 }
 
-/// Why a store did not record a checkpoint.
+/// Why a store did not record a checkpoint, and what that means for its files.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreError(pub String);
+pub enum StoreError {
+    /// Another coordinator leads the job now and the store refused the write outright: the
+    /// checkpoint is certainly not recorded, so nobody may restore from it. Its metadata must
+    /// go, or a sweep of checkpoint storage (a `--resume` without HA) would take this stale
+    /// leader's fork for a completed checkpoint.
+    #[error("{0}")]
+    Fenced(String),
+    /// Not recorded as far as this coordinator knows, but the write may have been applied
+    /// (the connection broke after it was sent) or may be retried: a new leader may restore
+    /// from the checkpoint, so its files stay.
+    #[error("{0}")]
+    NotRecorded(String),
+}
 
 /// The in-memory store of a single job manager.
 #[derive(Debug, Default)]

@@ -150,6 +150,9 @@ pub fn run_task_manager(
                     let Some(job) = job.as_ref() else {
                         break Err("a deployment came before the job".into());
                     };
+                    if let Some(r) = running.as_ref() {
+                        job.workers.cancel_attempt(r.attempt);
+                    }
                     stop_running(&plane, running.take());
                     let plan: DeploymentPlan = match wire::decode(&d.plan, "a deployment") {
                         Ok(plan) => plan,
@@ -169,7 +172,11 @@ pub fn run_task_manager(
                             tx.send(control);
                         }
                         if cancel {
-                            // Producers blocked on credit and readers stop at once.
+                            // Its queued snapshots are not written; producers blocked on
+                            // credit and readers stop at once.
+                            if let Some(job) = job.as_ref() {
+                                job.workers.cancel_attempt(r.attempt);
+                            }
                             plane.close_attempt(r.generation);
                         }
                     }
@@ -178,6 +185,9 @@ pub fn run_task_manager(
             }
         };
         heartbeat.stop();
+        if let (Some(job), Some(r)) = (job.as_ref(), running.as_ref()) {
+            job.workers.cancel_attempt(r.attempt);
+        }
         stop_running(&plane, running.take());
         // The next job manager starts counting its own attempts.
         *metrics.lock().expect("metrics lock") = None;
@@ -386,6 +396,7 @@ fn start_attempt(
     metrics: &Arc<AttemptMetrics>,
 ) -> Option<Running> {
     let attempt = plan.attempt;
+    job.workers.begin_attempt(attempt);
     let generation = plan.generation();
     let net = plane.open_attempt(&options.id, plan);
     let (events, event_rx) = crossbeam_channel::unbounded::<JobEvent>();

@@ -175,13 +175,21 @@ impl ZooKeeperCompletedCheckpointStore {
 
 impl CompletedCheckpointStore for ZooKeeperCompletedCheckpointStore {
     /// [`ZooKeeperCompletedCheckpointStore::add_checkpoint`]. A refused add changes nothing:
-    /// the coordinator aborts the checkpoint without notifying completion, and keeps its files
-    /// for whoever leads.
+    /// the coordinator aborts the checkpoint without notifying completion. Fenced, the
+    /// checkpoint is certainly not recorded ([`StoreError::Fenced`]: its metadata is deleted);
+    /// otherwise its files stay for whoever leads, since the pointer may exist.
     fn add(&mut self, checkpoint: CompletedCheckpoint) -> Result<Vec<Discard>, StoreError> {
         let id = checkpoint.id;
         self.add_checkpoint(checkpoint).map_err(|e| {
             tracing::error!(checkpoint = %id, error = %e, "checkpoint not recorded in ZooKeeper");
-            StoreError(format!("not recorded in ZooKeeper: {e}"))
+            let reason = format!("not recorded in ZooKeeper: {e}");
+            // Invariant: `Fenced` only when ZooKeeper answered that the fencing check failed,
+            // so no operation of the transaction was applied.
+            if e.is_fenced() {
+                StoreError::Fenced(reason)
+            } else {
+                StoreError::NotRecorded(reason)
+            }
         })
     }
 

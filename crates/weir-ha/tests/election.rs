@@ -122,6 +122,12 @@ fn a_stale_leader_whose_session_expired_cannot_increment_the_counter_or_add_a_ch
         refused.to_string().contains("not recorded in ZooKeeper"),
         "{refused}"
     );
+    // Certainly not recorded: the coordinator deletes its metadata rather than leave a fork
+    // that a sweep of storage would take for completed.
+    assert!(
+        matches!(refused, weir_checkpoint::StoreError::Fenced(_)),
+        "{refused:?}"
+    );
     assert_eq!(store1.all().len(), 1);
 
     // jm2 recovers what jm1 completed and carries on above every id jm1 handed out.

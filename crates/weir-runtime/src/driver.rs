@@ -1,8 +1,11 @@
 //! The coordinator's driver: a thread around the pure [`CheckpointCoordinator`] that feeds it
-//! messages and time, and carries out its actions — allocating ids, sending triggers and
-//! notifications to subtasks, writing metadata, deleting discarded files.
+//! messages and time, and carries out its actions — sending triggers and notifications to
+//! subtasks itself, and handing id allocation, metadata writes and deletions to its I/O worker
+//! ([`io`]), whose answers come back as events.
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+mod io;
+
+use crossbeam_channel::{Receiver, Select, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use weir_storage::{CheckpointMetadata, CheckpointStorage, OperatorMetadata};
 
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::handle::{Drain, JobHandle, RequestStatus};
+use io::{Io, IoDone, IoJob};
 
 /// The request id of the final checkpoint taken when a job stops (manual request ids count up
 /// from 1; the coordinator reserves the upper half for its periodic triggers).
@@ -36,7 +40,8 @@ pub struct DriverSetup {
 struct Driver {
     setup: DriverSetup,
     coordinator: CheckpointCoordinator,
-    counter: Box<dyn CheckpointIdCounter>,
+    io: Io,
+    #[cfg(test)]
     storage: CheckpointStorage,
     clock: Arc<dyn Clock>,
     controls: HashMap<SubtaskId, crate::control::ControlSender>,
@@ -49,9 +54,12 @@ struct Driver {
     /// The current attempt; messages of earlier attempts are ignored.
     attempt: u32,
     handle: JobHandle,
+    // Invariant: between events, `requests`, `savepoints` and `written` hold only checkpoints
+    // the coordinator still has pending, and `targets` only requests not answered yet, so
+    // none of them grows with the number of checkpoints taken.
     /// Savepoint directories asked for, by request.
     targets: HashMap<RequestId, Option<PathBuf>>,
-    /// The request each requested checkpoint serves.
+    /// The request each checkpoint serves (a periodic trigger's token for periodic ones).
     requests: HashMap<CheckpointId, RequestId>,
     /// Where completed savepoints were written.
     savepoints: HashMap<CheckpointId, PathBuf>,
@@ -74,8 +82,9 @@ pub fn spawn_driver(
     let driver = Driver {
         setup,
         coordinator,
-        counter,
-        storage,
+        #[cfg(test)]
+        storage: storage.clone(),
+        io: Io::start(counter, storage),
         clock,
         controls: HashMap::new(),
         events,
@@ -104,16 +113,24 @@ impl Driver {
                 }
             }
             let now = self.clock.now_ms();
+            // Invariant: a deadline that is due is served before the next message. Waiting
+            // for an empty channel instead would let a steady stream of acknowledgements hold
+            // back expiries and periodic triggers indefinitely. One tick per message at most,
+            // so a deadline that a tick cannot clear does not starve the messages either.
+            if self.coordinator.next_deadline().is_some_and(|at| at <= now) {
+                self.apply(Event::Tick);
+            }
+            let now = self.clock.now_ms();
             let mut wake = self.coordinator.next_deadline();
             if let Some(until) = drain_until {
                 wake = Some(wake.map_or(until, |w| w.min(until)));
             }
-            let received = match wake {
-                Some(at) => messages.recv_timeout(Duration::from_millis(at.saturating_sub(now))),
-                None => messages.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            let event = match received {
-                Ok(message) => match self.translate(message) {
+            let event = match self.wait(&messages, wake, now) {
+                Input::Io(done) => {
+                    self.on_io_done(done);
+                    continue;
+                }
+                Input::Message(message) => match self.translate(message) {
                     Translated::Event(event) => event,
                     Translated::Nothing => continue,
                     Translated::Shutdown { drain: true } => {
@@ -124,13 +141,101 @@ impl Driver {
                     }
                     Translated::Shutdown { drain: false } => break,
                 },
-                Err(RecvTimeoutError::Timeout) => Event::Tick,
-                Err(RecvTimeoutError::Disconnected) => break,
+                Input::Timeout => Event::Tick,
+                Input::Closed => break,
             };
             self.apply(event);
         }
         self.apply(Event::Shutdown);
+        // Invariant: the driver returns only once every write and deletion it started is done,
+        // so whoever reads checkpoint storage next sees its final state.
+        self.settle();
+        self.io.close();
         self.coordinator.stats().clone()
+    }
+
+    /// Waits for the next I/O answer or message, until `wake` if given. Answers go first: they
+    /// finish work already under way.
+    fn wait(
+        &mut self,
+        messages: &Receiver<CoordinatorMessage>,
+        wake: Option<u64>,
+        now: u64,
+    ) -> Input {
+        if let Ok(done) = self.io.done.try_recv() {
+            self.io.in_flight -= 1;
+            return Input::Io(done);
+        }
+        let mut select = Select::new();
+        let message_index = select.recv(messages);
+        let io_index = (self.io.in_flight > 0).then(|| select.recv(&self.io.done));
+        let op = match wake {
+            Some(at) => {
+                match select.select_timeout(Duration::from_millis(at.saturating_sub(now))) {
+                    Ok(op) => op,
+                    Err(_) => return Input::Timeout,
+                }
+            }
+            None => select.select(),
+        };
+        if Some(op.index()) == io_index {
+            return match op.recv(&self.io.done) {
+                Ok(done) => {
+                    self.io.in_flight -= 1;
+                    Input::Io(done)
+                }
+                Err(_) => {
+                    tracing::error!("the checkpoint I/O worker stopped; the driver stops too");
+                    Input::Closed
+                }
+            };
+        }
+        debug_assert_eq!(op.index(), message_index);
+        match op.recv(messages) {
+            Ok(message) => Input::Message(message),
+            Err(_) => Input::Closed,
+        }
+    }
+
+    /// Feeds an I/O answer to the coordinator, keeping what the driver needs of it.
+    fn on_io_done(&mut self, done: IoDone) {
+        let event = match done {
+            IoDone::Deleted => return,
+            IoDone::Allocated(event) => {
+                if let Event::IdAllocated { request, id } = event {
+                    self.requests.insert(id, request);
+                }
+                event
+            }
+            IoDone::Written {
+                event,
+                duration_ms,
+                size_bytes,
+                savepoint,
+            } => {
+                if let Event::MetadataWritten { checkpoint, .. } = event {
+                    self.written.insert(checkpoint, (duration_ms, size_bytes));
+                    if let Some(path) = savepoint {
+                        self.savepoints.insert(checkpoint, path);
+                    }
+                }
+                event
+            }
+        };
+        self.apply(event);
+    }
+
+    /// Waits for every I/O job under way and feeds its answer on (which may start more).
+    fn settle(&mut self) {
+        while self.io.in_flight > 0 {
+            match self.io.done.recv() {
+                Ok(done) => {
+                    self.io.in_flight -= 1;
+                    self.on_io_done(done);
+                }
+                Err(_) => break,
+            }
+        }
     }
 
     fn translate(&mut self, message: CoordinatorMessage) -> Translated {
@@ -142,6 +247,23 @@ impl Driver {
             _ => false,
         };
         if stale {
+            if let CoordinatorMessage::Ack {
+                subtask,
+                checkpoint,
+                state,
+                ..
+            } = message
+            {
+                // Its snapshot was written for nothing: the coordinator says which of its
+                // files no checkpoint references, and those are deleted.
+                tracing::debug!(%subtask, %checkpoint, "acknowledgement of an earlier attempt");
+                return Translated::Event(Event::StaleAck {
+                    job,
+                    subtask,
+                    checkpoint,
+                    state,
+                });
+            }
             tracing::debug!(?message, "ignoring a message of an earlier attempt");
             return Translated::Nothing;
         }
@@ -243,20 +365,32 @@ impl Driver {
                 queue.extend(self.coordinator.handle(event, self.clock.now_ms()));
             }
         }
+        self.forget_ended();
+    }
+
+    /// Drops what the driver kept for checkpoints that completed, were aborted or subsumed, or
+    /// whose id was never used (a trigger queued again after its id arrived). Cheap when
+    /// nothing ended: the maps are then no larger than the pending set.
+    fn forget_ended(&mut self) {
+        let pending = self.coordinator.pending_count();
+        let coordinator = &self.coordinator;
+        if self.requests.len() > pending {
+            self.requests.retain(|id, _| coordinator.is_pending(*id));
+        }
+        if self.savepoints.len() > pending {
+            self.savepoints.retain(|id, _| coordinator.is_pending(*id));
+        }
+        if self.written.len() > pending {
+            self.written.retain(|id, _| coordinator.is_pending(*id));
+        }
     }
 
     fn execute(&mut self, action: Action) -> Option<Event> {
         match action {
-            Action::AllocateId { request } => Some(match self.counter.get_and_increment() {
-                Ok(id) => {
-                    self.requests.insert(id, request);
-                    Event::IdAllocated { request, id }
-                }
-                Err(e) => Event::IdAllocationFailed {
-                    request,
-                    reason: e.to_string(),
-                },
-            }),
+            Action::AllocateId { request } => {
+                self.io.submit(IoJob::AllocateId { request });
+                None
+            }
             Action::TriggerSources {
                 checkpoint,
                 timestamp_ms,
@@ -286,34 +420,41 @@ impl Driver {
                 None
             }
             Action::WriteMetadata { checkpoint } => {
-                let id = checkpoint.id;
-                let duration = checkpoint
+                let duration_ms = checkpoint
                     .completion_timestamp_ms
                     .saturating_sub(checkpoint.trigger_timestamp_ms);
-                let size = checkpoint.state_size();
+                let size_bytes = checkpoint.state_size();
                 let savepoint = checkpoint.is_savepoint();
-                let metadata = CheckpointMetadata {
+                let metadata = Box::new(CheckpointMetadata {
                     job_name: self.setup.job_name.clone(),
                     max_parallelism: self.setup.max_parallelism,
                     operators: self.setup.operators.clone(),
                     checkpoint,
-                };
+                });
+                // Invariant: the checkpoint stays pending until the worker's answer says the
+                // metadata is durable; only then does it complete and are subtasks notified.
                 if savepoint {
-                    return Some(self.write_savepoint(&metadata, duration, size));
-                }
-                Some(match self.storage.write_metadata(&metadata) {
-                    Ok(bytes) => {
-                        self.written.insert(id, (duration, size + bytes));
-                        Event::MetadataWritten {
+                    let id = metadata.checkpoint.id;
+                    let Some(target) = self.savepoint_target(id) else {
+                        return Some(Event::MetadataWriteFailed {
                             checkpoint: id,
-                            metadata_bytes: bytes,
-                        }
-                    }
-                    Err(e) => Event::MetadataWriteFailed {
-                        checkpoint: id,
-                        reason: e.to_string(),
-                    },
-                })
+                            reason: "no savepoint directory: name one in the request or set execution.checkpointing.savepoint-dir".into(),
+                        });
+                    };
+                    self.io.submit(IoJob::WriteSavepoint {
+                        metadata,
+                        target,
+                        duration_ms,
+                        size_bytes,
+                    });
+                } else {
+                    self.io.submit(IoJob::WriteMetadata {
+                        metadata,
+                        duration_ms,
+                        size_bytes,
+                    });
+                }
+                None
             }
             Action::NotifyComplete {
                 checkpoint,
@@ -351,22 +492,14 @@ impl Driver {
                 checkpoint,
                 shared_paths,
             } => {
-                if let Err(e) = self.storage.discard_checkpoint(checkpoint) {
-                    tracing::warn!(%checkpoint, error = %e, "could not delete discarded checkpoint");
-                }
-                for path in shared_paths {
-                    if let Err(e) = self.storage.discard_file(&path) {
-                        tracing::warn!(%path, error = %e, "could not delete shared state file");
-                    }
-                }
+                self.io.submit(IoJob::DiscardCheckpoint {
+                    checkpoint,
+                    shared_paths,
+                });
                 None
             }
             Action::DiscardState { handles } => {
-                for h in handles {
-                    if let Err(e) = self.storage.discard_file(&h.path) {
-                        tracing::warn!(path = %h.path, error = %e, "could not delete state file");
-                    }
-                }
+                self.io.submit(IoJob::DiscardState { handles });
                 None
             }
             Action::RequestCompleted {
@@ -374,6 +507,7 @@ impl Driver {
                 checkpoint,
             } => {
                 tracing::debug!(request, %checkpoint, "requested checkpoint completed");
+                self.targets.remove(&request);
                 let location = self.savepoints.remove(&checkpoint);
                 self.handle.set_request(
                     request,
@@ -385,6 +519,7 @@ impl Driver {
                 None
             }
             Action::RequestFailed { request, reason } => {
+                self.targets.remove(&request);
                 self.handle
                     .set_request(request, RequestStatus::Failed(reason.clone()));
                 if request == STOP_REQUEST {
@@ -411,44 +546,12 @@ impl Driver {
         }
     }
 
-    /// Writes a savepoint: a self-contained copy of the snapshot in its own directory. The
-    /// files the subtasks wrote for it under the checkpoint root are deleted afterwards.
-    fn write_savepoint(
-        &mut self,
-        metadata: &CheckpointMetadata,
-        duration: u64,
-        size: u64,
-    ) -> Event {
-        let id = metadata.checkpoint.id;
-        let target = self
-            .requests
+    /// Where savepoint `id` goes: the directory its request named, or the configured one.
+    fn savepoint_target(&self, id: CheckpointId) -> Option<PathBuf> {
+        self.requests
             .get(&id)
             .and_then(|r| self.targets.get(r).cloned().flatten())
-            .or_else(|| self.setup.savepoint_dir.clone());
-        let Some(target) = target else {
-            return Event::MetadataWriteFailed {
-                checkpoint: id,
-                reason: "no savepoint directory: name one in the request or set execution.checkpointing.savepoint-dir".into(),
-            };
-        };
-        match weir_storage::savepoint::write_savepoint(&self.storage, metadata, &target) {
-            Ok(written) => {
-                if let Err(e) = self.storage.discard_checkpoint(id) {
-                    tracing::warn!(checkpoint = %id, error = %e, "could not delete a savepoint's working files");
-                }
-                tracing::info!(checkpoint = %id, path = %written.path.display(), "savepoint written");
-                self.savepoints.insert(id, written.path);
-                self.written.insert(id, (duration, size));
-                Event::MetadataWritten {
-                    checkpoint: id,
-                    metadata_bytes: written.metadata_bytes,
-                }
-            }
-            Err(e) => Event::MetadataWriteFailed {
-                checkpoint: id,
-                reason: format!("writing the savepoint to {} failed: {e}", target.display()),
-            },
-        }
+            .or_else(|| self.setup.savepoint_dir.clone())
     }
 
     fn send(&self, subtask: SubtaskId, control: TaskControl) {
@@ -458,8 +561,18 @@ impl Driver {
     }
 }
 
+enum Input {
+    Message(CoordinatorMessage),
+    Io(IoDone),
+    Timeout,
+    Closed,
+}
+
 enum Translated {
     Event(Event),
     Nothing,
     Shutdown { drain: bool },
 }
+
+#[cfg(test)]
+mod tests;

@@ -370,6 +370,7 @@ fn run_job(
             }),
             (None, None) => None,
         };
+        workers.begin_attempt(attempt);
         let deployed = match deployer.deploy(
             graph,
             config,
@@ -404,6 +405,7 @@ fn run_job(
                 }
             }
             Outcome::Cancelled => {
+                workers.cancel_attempt(attempt);
                 shut_down(deployed, TaskControl::Cancel);
                 cancelled = true;
                 break Ok(());
@@ -411,6 +413,9 @@ fn run_job(
             Outcome::Failed(failure) => {
                 let _ = coordinator_tx.send(CoordinatorMessage::JobStatus(JobStatus::Restarting));
                 handle.set_status(JobStatus::Restarting);
+                // Snapshots still queued for the failed attempt are not written: their
+                // checkpoints are aborted and nothing would delete their files.
+                workers.cancel_attempt(attempt);
                 shut_down(deployed, TaskControl::Cancel);
                 failure
             }

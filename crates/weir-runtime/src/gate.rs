@@ -13,12 +13,18 @@
 //! channel blocked for alignment delivers no watermark either until it is unblocked.
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
+use std::collections::BTreeSet;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use weir_core::{Barrier, CheckpointId, CheckpointingMode, Element, WatermarkStatus};
 
 use crate::control::TaskControl;
 use crate::error::TaskError;
 use crate::watermark_valve::{ValveOutput, WatermarkValve};
+
+/// How many aborted checkpoints a gate remembers ahead of its last alignment. Only a long run
+/// of aborts with no alignment between fills it; forgetting the oldest then lets its late
+/// barrier start an alignment that the next newer barrier supersedes.
+const MAX_ABORTED_REMEMBERED: usize = 64;
 
 /// What the gate hands its task loop.
 #[derive(Debug)]
@@ -58,8 +64,14 @@ pub struct InputGate<T> {
     live: usize,
     end_reported: bool,
     alignment: Option<Alignment>,
-    /// The newest checkpoint this gate aligned or abandoned; older barriers are ignored.
+    /// The newest checkpoint this gate aligned or gave up for a newer barrier; older barriers
+    /// are ignored.
     last_checkpoint: CheckpointId,
+    // Invariant: only ids above `last_checkpoint`, at most `MAX_ABORTED_REMEMBERED` of them.
+    // An abort says nothing about older checkpoints (a savepoint beside periodic checkpoints,
+    // or max-concurrent-checkpoints > 1): their barriers may still be on the way and align.
+    /// Checkpoints aborted before this gate aligned them; their late barriers are ignored.
+    aborted: BTreeSet<CheckpointId>,
     valve: WatermarkValve,
     /// The second half of a valve output that produced two events.
     pending: Option<GateEvent<T>>,
@@ -86,6 +98,7 @@ impl<T> InputGate<T> {
             end_reported: false,
             alignment: None,
             last_checkpoint: CheckpointId(0),
+            aborted: BTreeSet::new(),
             valve: WatermarkValve::new(n),
             pending: None,
             next: 0,
@@ -202,7 +215,14 @@ impl<T> InputGate<T> {
                 tracing::debug!(checkpoint = %id, "alignment abandoned: checkpoint aborted");
                 self.reset_alignment();
             }
-            self.last_checkpoint = self.last_checkpoint.max(id);
+            // Only `id` itself is given up: raising `last_checkpoint` to it would drop the
+            // barriers of older checkpoints still in flight, which then hang until expiry.
+            if id > self.last_checkpoint {
+                self.aborted.insert(id);
+                while self.aborted.len() > MAX_ABORTED_REMEMBERED {
+                    self.aborted.pop_first();
+                }
+            }
         }
         GateEvent::Control(control)
     }
@@ -260,7 +280,7 @@ impl<T> InputGate<T> {
     }
 
     fn on_barrier(&mut self, i: usize, barrier: Barrier) -> Option<GateEvent<T>> {
-        if barrier.id <= self.last_checkpoint {
+        if barrier.id <= self.last_checkpoint || self.aborted.contains(&barrier.id) {
             return None; // a late barrier of a checkpoint this gate is done with
         }
         match &self.alignment {
@@ -269,7 +289,8 @@ impl<T> InputGate<T> {
                 // A newer checkpoint overtook the one being aligned, which therefore cannot
                 // complete here; the coordinator expires or subsumes it.
                 tracing::debug!(old = %a.barrier.id, new = %barrier.id, "alignment superseded");
-                self.last_checkpoint = a.barrier.id;
+                let old = a.barrier.id;
+                self.advance_last_checkpoint(old);
                 self.reset_alignment();
             }
             _ => {}
@@ -295,13 +316,19 @@ impl<T> InputGate<T> {
             return None;
         }
         let a = self.alignment.take()?;
-        self.last_checkpoint = a.barrier.id;
+        self.advance_last_checkpoint(a.barrier.id);
         self.reset_alignment();
         Some(GateEvent::Aligned {
             barrier: a.barrier,
             alignment_ms: a.first_arrival.elapsed().as_millis() as u64,
             start_delay_ms: a.start_delay_ms,
         })
+    }
+
+    fn advance_last_checkpoint(&mut self, id: CheckpointId) {
+        self.last_checkpoint = self.last_checkpoint.max(id);
+        let last = self.last_checkpoint;
+        self.aborted.retain(|a| *a > last);
     }
 
     fn reset_alignment(&mut self) {
@@ -419,6 +446,34 @@ mod tests {
         tx1.send(barrier(5)).unwrap();
         tx1.send(Element::Records(vec![8])).unwrap();
         assert!(matches!(gate.next(None).unwrap(), GateEvent::Records(b) if b == vec![8]));
+    }
+
+    #[test]
+    fn an_aborted_newer_checkpoint_does_not_drop_an_older_barrier_still_in_flight() {
+        // A savepoint (4) aligns beside a periodic checkpoint (5) that is aborted before its
+        // barrier got here: 4 must still align, and 5's late barriers must be ignored.
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (ctl, control) = unbounded();
+        tx0.send(barrier(4)).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        let deadline = Some(Instant::now());
+        assert!(matches!(gate.next(deadline).unwrap(), GateEvent::Timeout));
+        ctl.send(TaskControl::NotifyAborted(CheckpointId(5)))
+            .unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Control(_)));
+        tx1.send(barrier(4)).unwrap();
+        let event = gate.next(Some(Instant::now())).unwrap();
+        assert!(
+            matches!(event, GateEvent::Aligned { barrier, .. } if barrier.id == CheckpointId(4)),
+            "{event:?}"
+        );
+        tx0.send(barrier(5)).unwrap();
+        tx0.send(Element::Records(vec![9])).unwrap();
+        tx1.send(barrier(5)).unwrap();
+        assert!(matches!(gate.next(None).unwrap(), GateEvent::Records(b) if b == vec![9]));
+        let event = gate.next(Some(Instant::now())).unwrap();
+        assert!(matches!(event, GateEvent::Timeout), "{event:?}");
     }
 
     #[test]

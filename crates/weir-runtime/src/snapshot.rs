@@ -12,6 +12,7 @@
 //! running.
 
 use crossbeam_channel::{Receiver, Sender};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -46,10 +47,19 @@ pub struct SnapshotJob {
     pub done: Sender<CheckpointId>,
 }
 
+/// `live` before any attempt began: every snapshot is persisted.
+const ANY_ATTEMPT: u64 = u64::MAX;
+/// `live` once the last attempt was cancelled: no snapshot is persisted.
+const NO_ATTEMPT: u64 = u64::MAX - 1;
+
 /// The pool. Dropping every sender (all subtasks and the executor) lets the workers finish.
 pub struct SnapshotWorkers {
     sender: Sender<SnapshotJob>,
     handles: Vec<JoinHandle<()>>,
+    /// The attempt whose snapshots are persisted (or [`ANY_ATTEMPT`], [`NO_ATTEMPT`]). An
+    /// equality test, not an order: a task manager's attempts count afresh under a new job
+    /// manager.
+    live: Arc<AtomicU64>,
 }
 
 /// How the workers write snapshots, from the checkpoint options.
@@ -73,18 +83,40 @@ impl SnapshotWorkers {
             inline_threshold: config.data_inline_threshold,
         };
         let (sender, receiver) = crossbeam_channel::unbounded::<SnapshotJob>();
+        let live = Arc::new(AtomicU64::new(ANY_ATTEMPT));
         let handles = (0..threads.max(1))
             .map(|i| {
                 let receiver = receiver.clone();
                 let storage = storage.clone();
                 let coordinator = coordinator.clone();
+                let live = live.clone();
                 std::thread::Builder::new()
                     .name(format!("weir-snapshot-{i}"))
-                    .spawn(move || work(receiver, storage, coordinator, options))
+                    .spawn(move || work(receiver, storage, coordinator, options, &live))
                     .expect("spawn snapshot worker")
             })
             .collect();
-        SnapshotWorkers { sender, handles }
+        SnapshotWorkers {
+            sender,
+            handles,
+            live,
+        }
+    }
+
+    /// From now on, persists only snapshots of `attempt`: those of earlier attempts still
+    /// queued are dropped.
+    pub fn begin_attempt(&self, attempt: u32) {
+        self.live.store(u64::from(attempt), Ordering::Release);
+    }
+
+    /// Stops persisting snapshots of `attempt`, which was cancelled: the coordinator would
+    /// ignore their acknowledgements anyway.
+    pub fn cancel_attempt(&self, attempt: u32) {
+        let _ = self
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
+                (live == u64::from(attempt) || live == ANY_ATTEMPT).then_some(NO_ATTEMPT)
+            });
     }
 
     pub fn sender(&self) -> Sender<SnapshotJob> {
@@ -105,12 +137,23 @@ fn work(
     storage: CheckpointStorage,
     coordinator: Sender<CoordinatorMessage>,
     options: WriteOptions,
+    live: &AtomicU64,
 ) {
     for job in jobs {
         let subtask = job.subtask;
         let checkpoint = job.checkpoint;
         let attempt = job.attempt;
         let job_done = job.done.clone();
+        let current = live.load(Ordering::Acquire);
+        if current != ANY_ATTEMPT && current != u64::from(attempt) {
+            // Invariant: nothing is written for an attempt known to be cancelled. One cancelled
+            // while its snapshot is being written still acknowledges; the coordinator's driver
+            // deletes what that acknowledgement names.
+            tracing::debug!(%checkpoint, %subtask, attempt, "snapshot of a cancelled attempt dropped");
+            drop(job);
+            let _ = job_done.send(checkpoint);
+            continue;
+        }
         let message = match persist(&storage, options, job) {
             Ok((state, metrics)) => CoordinatorMessage::Ack {
                 attempt,
@@ -315,4 +358,77 @@ fn nonce(job: &SnapshotJob) -> u64 {
     (job.checkpoint.0, job.subtask.index, &*job.uid).hash(&mut h);
     std::time::SystemTime::now().hash(&mut h);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::OperatorId;
+    use weir_state::OperatorStateSnapshot;
+
+    fn job(attempt: u32, checkpoint: u64, done: &Sender<CheckpointId>) -> SnapshotJob {
+        let operator = OperatorStateSnapshot {
+            list: vec![("offsets".into(), vec![vec![7; 256]])],
+            union: Vec::new(),
+        };
+        SnapshotJob {
+            attempt,
+            subtask: SubtaskId::new(OperatorId(1), 0),
+            uid: Arc::from("source"),
+            checkpoint: CheckpointId(checkpoint),
+            savepoint: false,
+            snapshot: OperatorSnapshot {
+                operator: Some(operator),
+                ..OperatorSnapshot::default()
+            },
+            key_groups: KeyGroupRange::new(0, 127),
+            sync_ms: 0,
+            alignment_ms: 0,
+            start_delay_ms: 0,
+            started: Instant::now(),
+            done: done.clone(),
+        }
+    }
+
+    #[test]
+    fn snapshots_of_a_cancelled_attempt_are_neither_written_nor_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::open(dir.path(), "snapshot-test").unwrap();
+        let (coordinator, messages) = crossbeam_channel::unbounded();
+        let config = CheckpointConfig {
+            data_inline_threshold: 0,
+            ..CheckpointConfig::default()
+        };
+        // One worker takes the jobs in the order they were queued.
+        let workers = SnapshotWorkers::start(1, storage.clone(), coordinator, &config);
+        workers.begin_attempt(0);
+        let (done, finished) = crossbeam_channel::unbounded();
+        let queue = workers.sender();
+        workers.cancel_attempt(0);
+        queue.send(job(0, 5, &done)).unwrap();
+        workers.begin_attempt(1);
+        queue.send(job(1, 6, &done)).unwrap();
+        let first = messages.recv().unwrap();
+        assert!(
+            matches!(
+                first,
+                CoordinatorMessage::Ack {
+                    attempt: 1,
+                    checkpoint: CheckpointId(6),
+                    ..
+                }
+            ),
+            "{first:?}"
+        );
+        let cancelled = CheckpointLayout::state_file(CheckpointId(5), "source", 0, "op");
+        assert!(
+            storage.read_file(&cancelled).is_err(),
+            "{cancelled} was written"
+        );
+        // The cancelled snapshot's subtask is not left waiting for it.
+        let released: Vec<CheckpointId> = finished.try_iter().collect();
+        assert!(released.contains(&CheckpointId(5)), "{released:?}");
+        drop(queue);
+        workers.join();
+    }
 }

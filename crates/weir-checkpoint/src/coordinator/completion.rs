@@ -8,6 +8,7 @@
 use super::{CheckpointCoordinator, Finished};
 use crate::events::{AbortReason, AckMetrics, Action};
 use crate::pending::{AckOutcome, PendingCheckpoint};
+use crate::store::StoreError;
 use std::collections::{BTreeSet, HashSet};
 use weir_core::{CheckpointId, CheckpointKind, JobId, StateHandle, SubtaskId, SubtaskState};
 
@@ -67,13 +68,7 @@ impl CheckpointCoordinator {
         state: SubtaskState,
         out: &mut Vec<Action>,
     ) {
-        let completed = self.recently_finished.get(&checkpoint) == Some(&Finished::Completed)
-            || self
-                .store
-                .all()
-                .binary_search_by_key(&checkpoint, |c| c.id)
-                .is_ok();
-        if completed {
+        if self.has_completed(checkpoint) {
             // Every subtask acknowledged a completed checkpoint, so this is a repeat whose
             // files the completed checkpoint may reference.
             tracing::debug!(%subtask, %checkpoint, "acknowledgement for a completed checkpoint ignored");
@@ -87,6 +82,34 @@ impl CheckpointCoordinator {
                 tracing::warn!(%subtask, %checkpoint, "acknowledgement for an unknown checkpoint; state discarded")
             }
         }
+        self.discard_state(state, out);
+    }
+
+    /// Whether checkpoint `id` completed (recently, or is retained).
+    fn has_completed(&self, id: CheckpointId) -> bool {
+        self.recently_finished.get(&id) == Some(&Finished::Completed)
+            || self.store.all().binary_search_by_key(&id, |c| c.id).is_ok()
+    }
+
+    /// An earlier attempt's acknowledgement: never recorded, whatever the checkpoint's state.
+    pub(super) fn on_stale_ack(
+        &mut self,
+        job: JobId,
+        subtask: SubtaskId,
+        checkpoint: CheckpointId,
+        state: SubtaskState,
+        out: &mut Vec<Action>,
+    ) {
+        if job != self.job {
+            tracing::debug!(%job, %checkpoint, "stale acknowledgement for another job, ignored");
+            return;
+        }
+        if self.has_completed(checkpoint) {
+            // A completed checkpoint may record these very files (a repeated report).
+            tracing::debug!(%subtask, %checkpoint, "stale acknowledgement for a completed checkpoint ignored");
+            return;
+        }
+        tracing::debug!(%subtask, %checkpoint, "acknowledgement of an earlier attempt; state discarded");
         self.discard_state(state, out);
     }
 
@@ -200,6 +223,16 @@ impl CheckpointCoordinator {
             match self.store.add(checkpoint.clone()) {
                 Ok(discards) => evicted = discards,
                 Err(e) => {
+                    if let StoreError::Fenced(_) = e {
+                        // Invariant: only `chk-<id>` goes (its metadata and private files, which
+                        // nobody else writes: the id came from the shared counter). Shared files
+                        // are counted by the leader that fenced this one; a stale view of their
+                        // references must not delete them.
+                        out.push(Action::DiscardCheckpoint {
+                            checkpoint: checkpoint.id,
+                            shared_paths: Vec::new(),
+                        });
+                    }
                     let reason = AbortReason::NotRecorded(e.to_string());
                     self.abort_pending(pending, reason, false, now_ms, out);
                     return;
@@ -331,10 +364,26 @@ impl CheckpointCoordinator {
             .map(|h| h.path.as_str())
             .collect();
         let free: HashSet<String> = self.unreferenced(shared.into_iter()).into_iter().collect();
+        // A private path a pending checkpoint recorded stays too (only a repeated report of
+        // the same snapshot can name one): that checkpoint's own discard or retention decides.
+        let recorded: HashSet<&str> = self
+            .pending
+            .values()
+            .flat_map(|p| p.handles())
+            .filter(|h| !h.shared)
+            .map(|h| h.path.as_str())
+            .collect();
         let handles: Vec<StateHandle> = state
             .handles
             .into_iter()
-            .filter(|h| h.is_file() && (!h.shared || free.contains(&h.path)))
+            .filter(|h| h.is_file())
+            .filter(|h| {
+                if h.shared {
+                    free.contains(&h.path)
+                } else {
+                    !recorded.contains(h.path.as_str())
+                }
+            })
             .collect();
         if !handles.is_empty() {
             out.push(Action::DiscardState { handles });

@@ -525,3 +525,32 @@ fn a_finished_subtask_aborts_the_checkpoints_it_has_not_acknowledged() {
     assert_eq!(completed(&h.ack(a, h.all[1])), vec![], "metadata first");
     assert_eq!(h.pending_ids(), vec![a]);
 }
+
+#[test]
+fn an_acknowledgement_of_an_earlier_attempt_is_never_recorded_and_its_unreferenced_files_go() {
+    let mut h = Harness::running(lenient(), 1, 1);
+    let (s0, s1) = (h.all[0], h.all[1]);
+    let first = h.trigger(Checkpoint);
+    h.ack_with(first, s0, shared_state(first, s0, &["shared/kept"]));
+    h.ack(first, s1);
+    h.metadata_written(first);
+    let second = h.trigger(Checkpoint);
+    let stale = |checkpoint, state| Event::StaleAck {
+        job: JOB,
+        subtask: s0,
+        checkpoint,
+        state,
+    };
+    let state = shared_state(second, s0, &["shared/kept", "shared/new"]);
+    let actions = h.send(stale(second, state));
+    assert_eq!(
+        discarded_state(&actions),
+        vec![format!("chk-{second}/{s0}"), "shared/new".to_string()],
+        "the file the retained checkpoint references stays"
+    );
+    let entry = h.coordinator.stats().entry(second);
+    assert_eq!(entry.map(|e| e.num_acknowledged_subtasks), Some(0));
+    // A repeat for a completed checkpoint may name its very files: nothing goes.
+    let actions = h.send(stale(first, shared_state(first, s0, &["shared/kept"])));
+    assert!(actions.is_empty(), "{actions:?}");
+}

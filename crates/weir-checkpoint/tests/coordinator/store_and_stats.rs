@@ -239,16 +239,22 @@ fn the_history_shows_every_trigger_at_least_min_pause_after_the_previous_complet
     }
 }
 
-/// A store that records until told to refuse, as a ZooKeeper store refuses a stale leader.
+/// A store that records until told to refuse, as a ZooKeeper store refuses when it loses
+/// ZooKeeper mid-write (`fenced: false`) or when its leader was fenced (`fenced: true`).
 struct Refusing {
     inner: StandaloneCompletedCheckpointStore,
     refuse: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    fenced: bool,
 }
 
 impl CompletedCheckpointStore for Refusing {
     fn add(&mut self, checkpoint: CompletedCheckpoint) -> Result<Vec<Discard>, StoreError> {
         if self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError("fenced: not the leader any more".into()));
+            return Err(if self.fenced {
+                StoreError::Fenced("fenced: not the leader any more".into())
+            } else {
+                StoreError::NotRecorded("ZooKeeper lost mid-write".into())
+            });
         }
         self.inner.add(checkpoint)
     }
@@ -267,11 +273,13 @@ impl CompletedCheckpointStore for Refusing {
 }
 
 #[test]
-fn a_checkpoint_the_store_refuses_is_aborted_without_completion_notices_and_keeps_its_files() {
+fn a_checkpoint_the_store_may_have_recorded_is_aborted_without_completion_notices_and_keeps_its_files(
+) {
     let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let store = Refusing {
         inner: StandaloneCompletedCheckpointStore::new(3),
         refuse: refuse.clone(),
+        fenced: false,
     };
     let mut h = Harness::with_store(retaining(3), 1, 1, Box::new(store));
     h.start();
@@ -291,7 +299,7 @@ fn a_checkpoint_the_store_refuses_is_aborted_without_completion_notices_and_keep
     assert!(
         actions.iter().any(|a| matches!(a,
             Action::NotifyAborted { checkpoint, reason: AbortReason::NotRecorded(why), .. }
-                if *checkpoint == second && why.contains("fenced"))),
+                if *checkpoint == second && why.contains("mid-write"))),
         "{actions:?}"
     );
     assert!(
@@ -300,4 +308,39 @@ fn a_checkpoint_the_store_refuses_is_aborted_without_completion_notices_and_keep
     );
     assert_eq!(h.retained_ids(), vec![first.0]);
     assert_eq!(h.coordinator.stats().counts.failed, 1);
+}
+
+#[test]
+fn a_checkpoint_a_fenced_store_refuses_loses_its_own_directory_but_no_shared_file() {
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let store = Refusing {
+        inner: StandaloneCompletedCheckpointStore::new(3),
+        refuse: refuse.clone(),
+        fenced: true,
+    };
+    let mut h = Harness::with_store(retaining(3), 1, 1, Box::new(store));
+    h.start();
+    let (first, _) = complete_with_shared(&mut h, &["shared/a"]);
+    refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (second, actions) = complete_with_shared(&mut h, &["shared/a", "shared/b"]);
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::NotifyComplete { .. })),
+        "{actions:?}"
+    );
+    // Its metadata and private files go: no sweep of storage may take it for completed. The
+    // shared files are the new leader's to count, even one only this checkpoint names.
+    let discards: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DiscardCheckpoint {
+                checkpoint,
+                shared_paths,
+            } => Some((*checkpoint, shared_paths.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(discards, vec![(second, Vec::new())]);
+    assert_eq!(h.retained_ids(), vec![first.0]);
 }

@@ -25,8 +25,8 @@ fn consumer() -> SubtaskId {
 fn two_planes() -> (DataPlane, DataPlane, Arc<AttemptNet>, Arc<AttemptNet>) {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let (a, b) = (
-        DataPlane::bind(loopback).unwrap(),
-        DataPlane::bind(loopback).unwrap(),
+        DataPlane::bind(loopback, None).unwrap(),
+        DataPlane::bind(loopback, None).unwrap(),
     );
     let plan = DeploymentPlan {
         term: 0,

@@ -164,7 +164,7 @@ pub fn check_bind(
         return Ok(());
     }
     Err(ClusterError::Insecure(format!(
-        "refusing to listen {what} on {address} without {SECRET_OPTION}: anyone who reaches the port could {risk}; set a secret (-D {SECRET_FILE_OPTION}=FILE, -D {SECRET_OPTION}=…, or {SECRET_ENV}) on every process of the cluster, or bind 127.0.0.1"
+        "refusing to listen {what} on {address} without {SECRET_OPTION}: anyone who reaches the port could {risk}; set a secret (-D {SECRET_FILE_OPTION}=FILE, -D {SECRET_OPTION}=…, or {SECRET_ENV}) on every process of the cluster, or listen on loopback (127.0.0.1) only"
     )))
 }
 

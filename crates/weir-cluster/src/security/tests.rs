@@ -81,7 +81,7 @@ fn a_port_beyond_loopback_needs_a_secret() {
         refused.starts_with(
             "refusing to listen for tests on 0.0.0.0:6123 without security.internal.secret: anyone who reaches the port could do harm"
         ) && refused.contains("WEIR_CLUSTER_SECRET")
-            && refused.contains("bind 127.0.0.1"),
+            && refused.contains("listen on loopback (127.0.0.1) only"),
         "{refused}"
     );
 }

@@ -199,6 +199,11 @@ pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> 
 
 pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     let options = job_manager_options(&args)?;
+    if args.job.iter().any(|a| a.contains("security.internal.")) {
+        return Err(CliError::usage(
+            "the cluster's secret goes before --, not among the job's flags: those are sent to every task manager",
+        ));
+    }
     let mut wordcount = match job_command(&args.job)? {
         ClusterJob::Wordcount(wordcount) => wordcount,
         ClusterJob::KeyedCount { args: bench, .. } => {

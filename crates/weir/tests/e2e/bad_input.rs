@@ -312,6 +312,19 @@ fn a_port_beyond_loopback_without_the_cluster_secret_is_refused_with_exit_status
         ],
         "security.internal.secret: the cluster's secret is 7 bytes long; use at least 16",
     );
+    assert_refused(
+        &[
+            "jobmanager",
+            "--rpc-port",
+            "0",
+            "--",
+            "bench",
+            "keyed-count",
+            "-D",
+            "security.internal.secret=sixteen-bytes-at-least",
+        ],
+        "the cluster's secret goes before --, not among the job's flags",
+    );
 }
 
 #[test]

@@ -7,6 +7,9 @@ pub enum ClusterError {
     /// Bad flags or configuration: addresses, slots, options.
     #[error("{0}")]
     Config(String),
+    /// A port would be open beyond loopback with nothing to keep strangers out.
+    #[error("{0}")]
+    Insecure(String),
     /// The other end sent something this process cannot understand.
     #[error("protocol error: {0}")]
     Protocol(String),

@@ -24,6 +24,7 @@ use crate::proto::job_manager_server::{JobManager as JobManagerService, JobManag
 use crate::proto::{
     from_job_manager, from_task_manager, FromJobManager, FromTaskManager, Registered,
 };
+use crate::security::{self, ClusterSecret};
 use crate::wire::{self, Delivery, Report};
 
 /// Limits of a control-plane message (a deployment carries the checkpoint's metadata).
@@ -32,8 +33,11 @@ pub(crate) const MAX_MESSAGE: usize = 256 << 20;
 /// How a job manager runs.
 #[derive(Clone, Debug)]
 pub struct JobManagerOptions {
-    /// Where the control plane listens (port 0: any free port).
+    /// Where the control plane listens (port 0: any free port). An address beyond loopback
+    /// needs `secret`.
     pub rpc_address: SocketAddr,
+    /// The cluster's secret: every call must prove it knows it ([`crate::security`]).
+    pub secret: Option<ClusterSecret>,
     /// The job's command line, which every task manager builds the job from.
     pub job_args: Vec<String>,
     /// How often task managers send heartbeats (`heartbeat.interval`).
@@ -105,8 +109,20 @@ pub(crate) struct AttemptState {
 }
 
 impl JobManager {
-    /// Starts the control plane's server.
+    /// Refuses options that would open the control plane beyond loopback without a secret
+    /// ([`JobManager::start`] checks too; this says so before anything else is done).
+    pub fn check_bind(options: &JobManagerOptions) -> Result<(), ClusterError> {
+        security::check_bind(
+            options.rpc_address,
+            options.secret.as_ref(),
+            "for task managers",
+            "register a task manager and receive the job's records, or acknowledge checkpoints",
+        )
+    }
+
+    /// Starts the control plane's server; refuses an address beyond loopback without a secret.
     pub fn start(options: JobManagerOptions) -> Result<JobManager, ClusterError> {
+        JobManager::check_bind(&options)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("jobmanager-rpc")
@@ -136,6 +152,12 @@ impl JobManager {
         })
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
+        // Checked before the service sees the call: a caller without the secret registers
+        // nothing and reports nothing.
+        let service = tonic::service::interceptor::InterceptedService::new(
+            service,
+            security::control_interceptor(shared.options.secret.clone()),
+        );
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         runtime.spawn(async move {
@@ -151,7 +173,8 @@ impl JobManager {
         });
         let watchdog = shared.clone();
         runtime.spawn(async move { watch_heartbeats(watchdog).await });
-        tracing::info!(%address, "job manager listening for task managers");
+        let secured = shared.options.secret.is_some();
+        tracing::info!(%address, secured, "job manager listening for task managers");
         Ok(JobManager {
             shared,
             runtime,
@@ -437,3 +460,6 @@ async fn watch_heartbeats(shared: Arc<Shared>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

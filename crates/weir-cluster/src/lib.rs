@@ -20,6 +20,12 @@
 //!   credit-based flow control per channel; channels within one task manager stay in memory.
 //!   Barriers and watermarks travel in-band on both.
 //!
+//! # Security
+//!
+//! A port beyond loopback needs the cluster's shared secret ([`security`]): the job manager
+//! accepts only calls that prove they know it, and task managers exchange data only with
+//! peers that do.
+//!
 //! # A job of your own on a cluster
 //!
 //! A job is compiled code, so a binary built on the Weir library serves the same two roles
@@ -28,6 +34,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
+//! use weir_cluster::security::ClusterSecret;
 //! use weir_cluster::taskmanager::{run_task_manager, TaskManagerOptions};
 //! use weir_runtime::graph::JobGraph;
 //! use weir_runtime::{execute_with, ExecutionConfig, JobHandle, StopHandle};
@@ -40,10 +47,13 @@
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let role = std::env::args().nth(1).unwrap_or_default();
 //!     let job_args: Vec<String> = std::env::args().skip(2).collect();
+//!     // The same secret on every machine: without it, only 127.0.0.1 may be bound.
+//!     let secret = Some(ClusterSecret::from_file("/etc/weir/cluster-secret".as_ref())?);
 //!     if role == "jobmanager" {
 //!         let (graph, config) = build(&job_args)?;
 //!         let jm = JobManager::start(JobManagerOptions {
 //!             rpc_address: "0.0.0.0:6123".parse()?,
+//!             secret,
 //!             job_args,
 //!             heartbeat_interval: Duration::from_secs(1),
 //!             heartbeat_timeout: Duration::from_secs(10),
@@ -64,6 +74,7 @@
 //!             data_bind: "0.0.0.0:6121".parse()?,
 //!             data_host: "10.0.0.11".into(),
 //!             connect_timeout: Duration::from_secs(60),
+//!             secret,
 //!         };
 //!         run_task_manager(options, &build)?;
 //!     }
@@ -83,6 +94,7 @@ pub mod ha;
 pub mod jobmanager;
 pub mod leadership;
 pub mod net;
+pub mod security;
 pub mod taskmanager;
 pub mod wire;
 

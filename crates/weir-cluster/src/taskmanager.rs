@@ -26,6 +26,7 @@ use crate::proto::{
     from_job_manager, from_task_manager, AttemptStopped, FromJobManager, FromTaskManager,
     Heartbeat, Register,
 };
+use crate::security::{self, ClusterSecret};
 use crate::wire::{self, DeploymentPlan, Report};
 
 /// Builds the job (graph and execution configuration) from its command line; every process of
@@ -42,12 +43,15 @@ pub struct TaskManagerOptions {
     /// This task manager's id (unique in the cluster).
     pub id: String,
     pub slots: u32,
-    /// Where the data plane listens.
+    /// Where the data plane listens. An address beyond loopback needs `secret`.
     pub data_bind: SocketAddr,
     /// The host other task managers reach this one's data plane at.
     pub data_host: String,
     /// How long to keep trying to reach the job manager, at start and after losing it.
     pub connect_timeout: Duration,
+    /// The cluster's secret, proven to the job manager and to the other task managers
+    /// ([`crate::security`]).
+    pub secret: Option<ClusterSecret>,
 }
 
 /// How a task manager's run ended.
@@ -113,7 +117,7 @@ pub fn run_task_manager(
         .enable_all()
         .build()
         .map_err(|e| ClusterError::io("cannot start the control plane's runtime", e))?;
-    let plane = DataPlane::bind(options.data_bind)?;
+    let plane = DataPlane::bind(options.data_bind, options.secret.clone())?;
     let data_address = format!("{}:{}", options.data_host, plane.address().port());
     if options.id.is_empty() {
         options.id = data_address.clone();
@@ -227,6 +231,7 @@ fn connect(
             "--jobmanager needs an address (host:port, or several separated by commas)".into(),
         ));
     }
+    let credential = security::credential_interceptor(options.secret.as_ref())?;
     let mut last_error = String::new();
     let mut next = 0;
     while Instant::now() < deadline {
@@ -235,9 +240,12 @@ fn connect(
         next += 1;
         let endpoint = format!("http://{address}");
         let attempt = runtime.block_on(async {
-            let mut client = JobManagerClient::connect(endpoint.clone())
+            let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
+                .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
+                .connect()
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let mut client = JobManagerClient::with_interceptor(channel, credential.clone())
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE);
             let (outbox, rx) = mpsc::unbounded_channel();
@@ -247,13 +255,22 @@ fn connect(
                     slots: options.slots,
                     data_address: data_address.to_string(),
                 })))
-                .map_err(|e| e.to_string())?;
-            let response = client
-                .session(UnboundedReceiverStream::new(rx))
-                .await
-                .map_err(|s| s.message().to_string())?;
-            Ok::<_, String>((outbox, response.into_inner()))
+                .map_err(|e| tonic::Status::internal(e.to_string()))?;
+            let response = client.session(UnboundedReceiverStream::new(rx)).await?;
+            Ok::<_, tonic::Status>((outbox, response.into_inner()))
         });
+        let attempt = match attempt {
+            // Every job manager of a cluster shares the secret: trying again cannot help.
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                return Err(ClusterError::Config(format!(
+                    "the job manager at {address} refused this task manager ({}): give every process of the cluster the same {} (or {})",
+                    status.message(),
+                    security::SECRET_OPTION,
+                    security::SECRET_ENV,
+                )))
+            }
+            other => other.map_err(|s| s.message().to_string()),
+        };
         match attempt {
             Ok(session) => return Ok(session),
             Err(e) => {

@@ -8,7 +8,9 @@
 //! `s3.path.style.access` (as Flink's S3 file systems name them) and `s3.allow-http`, and for
 //! high availability `high-availability.type`, `high-availability.zookeeper.quorum`,
 //! `high-availability.zookeeper.path.root`, `high-availability.storageDir` and the ZooKeeper
-//! client's timeouts ([`HighAvailabilityConfig`]). Unknown keys and malformed values are errors
+//! client's timeouts ([`HighAvailabilityConfig`]), and for cluster mode `heartbeat.*`,
+//! `slot.request.timeout` and the cluster's shared secret `security.internal.secret` (or
+//! `security.internal.secret-file`). Unknown keys and malformed values are errors
 //! that name the key, never silently ignored.
 //!
 //! ```
@@ -122,6 +124,11 @@ pub const OPTIONS: &[(&str, &str)] = &[
     ("heartbeat.interval", "1 s (cluster mode)"),
     ("heartbeat.timeout", "10 s (cluster mode)"),
     ("slot.request.timeout", "5 min (cluster mode)"),
+    (
+        "security.internal.secret",
+        "(none: cluster ports on loopback only; or WEIR_CLUSTER_SECRET)",
+    ),
+    ("security.internal.secret-file", "(none)"),
 ];
 
 /// A flat map of option keys to string values, validated on the way in.

@@ -4,12 +4,17 @@
 //! job with its subtasks on the task managers that register (`weir taskmanager --jobmanager
 //! HOST:PORT --slots N`). Each task manager gets the job's flags from the job manager and
 //! builds the same job graph from them: paths in them must mean the same on every machine.
+//!
+//! Both listen on loopback unless the cluster's secret is set (`-D security.internal.secret…`
+//! or `WEIR_CLUSTER_SECRET`, the same on every process); the secret stays out of the job's
+//! flags, which travel to every task manager.
 
 use clap::{Args, Parser};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
 use weir_cluster::leadership::{run_as_leader, LeaderOutcome};
+use weir_cluster::security::{ClusterSecret, SECRET_ENV};
 use weir_cluster::taskmanager::{run_task_manager, TaskManagerExit, TaskManagerOptions};
 use weir_core::config::{Config, HighAvailabilityConfig};
 use weir_runtime::graph::JobGraph;
@@ -25,8 +30,10 @@ pub struct JobManagerArgs {
     /// The control plane's port (jobmanager.rpc.port); 0 picks a free one.
     #[arg(long, default_value_t = 6123)]
     pub rpc_port: u16,
-    /// The address the control plane listens on (jobmanager.bind-host).
-    #[arg(long, default_value = "0.0.0.0")]
+    /// The address the control plane listens on (jobmanager.bind-host); any other than
+    /// loopback needs the cluster's secret (-D security.internal.secret-file=FILE, or
+    /// WEIR_CLUSTER_SECRET).
+    #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
     /// Deploy the job once this many task managers registered (and offer enough slots); after
     /// a failure, the job is redeployed as soon as the slots suffice.
@@ -51,7 +58,9 @@ pub struct TaskManagerArgs {
     /// The data plane's port (taskmanager.data.port); 0 picks a free one.
     #[arg(long, default_value_t = 0)]
     pub data_port: u16,
-    /// The host other task managers reach this one at (taskmanager.host).
+    /// The host other task managers reach this one at (taskmanager.host); the data plane
+    /// listens on it (on every interface for a name other than localhost), and beyond
+    /// loopback only with the cluster's secret.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// This task manager's id in the cluster; `<host>:<data port>` by default.
@@ -78,6 +87,26 @@ fn options_of(defines: &[String]) -> Result<Config, CliError> {
     Ok(config)
 }
 
+/// Whether a -D flag sets the cluster's secret: it is the processes' own, never the job's.
+fn is_secret_option(define: &str) -> bool {
+    define.trim_start().starts_with("security.internal.")
+}
+
+/// The job's own -D flags among a process's, as -D arguments.
+fn job_defines(defines: &[String]) -> Vec<String> {
+    defines
+        .iter()
+        .filter(|d| !is_secret_option(d))
+        .flat_map(|d| ["-D".to_string(), d.clone()])
+        .collect()
+}
+
+/// The cluster's secret, from the -D options or the environment.
+fn cluster_secret(config: &Config) -> Result<Option<ClusterSecret>, CliError> {
+    ClusterSecret::from_config(config, std::env::var(SECRET_ENV).ok())
+        .map_err(|e| CliError::usage(e.to_string()))
+}
+
 /// The cluster options of the job manager, from its -D flags.
 fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliError> {
     let config = options_of(&args.define)?;
@@ -86,6 +115,7 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
     };
     let options = JobManagerOptions {
         rpc_address: SocketAddr::new(args.bind, args.rpc_port),
+        secret: cluster_secret(&config)?,
         job_args: args.job.clone(),
         heartbeat_interval: duration("heartbeat.interval", Duration::from_secs(1))?,
         heartbeat_timeout: duration("heartbeat.timeout", Duration::from_secs(10))?,
@@ -93,6 +123,7 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
         min_task_managers: args.wait_for_task_managers,
         standby: false,
     };
+    JobManager::check_bind(&options).map_err(|e| CliError::usage(e.to_string()))?;
     if options.heartbeat_interval.is_zero()
         || options.heartbeat_timeout <= options.heartbeat_interval
     {
@@ -168,18 +199,23 @@ pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> 
 
 pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     let options = job_manager_options(&args)?;
+    if args.job.iter().any(|a| a.contains("security.internal.")) {
+        return Err(CliError::usage(
+            "the cluster's secret goes before --, not among the job's flags: those are sent to every task manager",
+        ));
+    }
     let mut wordcount = match job_command(&args.job)? {
         ClusterJob::Wordcount(wordcount) => wordcount,
         ClusterJob::KeyedCount { args: bench, .. } => {
             // The benchmark takes no -D options of its own: only the cluster's apply.
-            let cluster_options = ["heartbeat.", "slot.request.timeout"];
+            let cluster_options = ["heartbeat.", "slot.request.timeout", "security.internal."];
             if let Some(d) = args
                 .define
                 .iter()
                 .find(|d| !cluster_options.iter().any(|o| d.trim().starts_with(o)))
             {
                 return Err(CliError::usage(format!(
-                    "-D {d}: `bench keyed-count` on a cluster takes only the cluster's options (heartbeat.*, slot.request.timeout)"
+                    "-D {d}: `bench keyed-count` on a cluster takes only the cluster's options (heartbeat.*, slot.request.timeout, security.internal.*)"
                 )));
             }
             let jm = JobManager::start(options).map_err(|e| CliError::usage(e.to_string()))?;
@@ -191,13 +227,14 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     };
     // The job manager's -D options are the job's too: every option can be given on any
     // command line, and the task managers get them with the job's flags.
-    wordcount.job.define.extend(args.define.iter().cloned());
+    // The secret is not among them: the job does not need it, and the task managers have
+    // their own.
+    wordcount
+        .job
+        .define
+        .extend(args.define.iter().filter(|d| !is_secret_option(d)).cloned());
     let mut options = options;
-    options.job_args.extend(
-        args.define
-            .iter()
-            .flat_map(|d| ["-D".to_string(), d.clone()]),
-    );
+    options.job_args.extend(job_defines(&args.define));
     // Fail on bad job flags here, before any task manager is involved.
     let built = crate::wordcount::build(&wordcount, true)?;
     let ha = HighAvailabilityConfig::from_config(&built.config)?;
@@ -234,10 +271,11 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
 
 pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
     // Listen on the advertised address when it is one; on every interface for a host name.
-    let ip = args
-        .host
-        .parse::<IpAddr>()
-        .unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let ip = match args.host.parse::<IpAddr>() {
+        Ok(ip) => ip,
+        Err(_) if args.host.eq_ignore_ascii_case("localhost") => IpAddr::from([127, 0, 0, 1]),
+        Err(_) => IpAddr::from([0, 0, 0, 0]),
+    };
     let data_bind = SocketAddr::new(ip, args.data_port);
     let options = TaskManagerOptions {
         job_manager: args.jobmanager.clone(),
@@ -246,14 +284,10 @@ pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
         data_bind,
         data_host: args.host.clone(),
         connect_timeout: args.connect_timeout,
+        // Bad options are refused now, not when the job manager sends the job.
+        secret: cluster_secret(&options_of(&args.define)?)?,
     };
-    // Bad options are refused now, not when the job manager sends the job.
-    options_of(&args.define)?;
-    let defines: Vec<String> = args
-        .define
-        .iter()
-        .flat_map(|d| ["-D".to_string(), d.clone()])
-        .collect();
+    let defines = job_defines(&args.define);
     let build = move |job: &[String]| {
         let mut job = job.to_vec();
         job.extend(defines.iter().cloned());
@@ -264,7 +298,9 @@ pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
             eprintln!("task manager: the job ended ({status})");
             Ok(())
         }
-        Err(e @ weir_cluster::ClusterError::Config(_)) => Err(CliError::usage(e.to_string())),
+        Err(
+            e @ (weir_cluster::ClusterError::Config(_) | weir_cluster::ClusterError::Insecure(_)),
+        ) => Err(CliError::usage(e.to_string())),
         Err(e) => Err(CliError {
             message: e.to_string(),
             code: 1,

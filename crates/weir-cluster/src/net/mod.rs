@@ -12,6 +12,12 @@
 //! consumer holds back only the channels into it, never the connection — and a barrier waits
 //! behind at most a queue's worth of batches.
 //!
+//! With the cluster's secret set, a connection opens with a challenge–response both ways
+//! ([`crate::security`]): consumer → producer `WCHL` and a nonce; producer → consumer its own
+//! nonce and its HMAC; consumer → producer its HMAC. The producer sends nothing more, and the
+//! consumer reads nothing more and grants no credit, until the other side passed. A data port
+//! without a secret listens on loopback only ([`DataPlane::bind`]).
+//!
 //! Frames (little-endian):
 //! - hello, producer → consumer, once: `WEIR`, version `u32`, generation `u64` (leadership
 //!   term and attempt), producer task manager's id (`u16` length + UTF-8);
@@ -32,6 +38,7 @@ use weir_runtime::remote::{
 };
 
 use crate::error::ClusterError;
+use crate::security::{self, ClusterSecret};
 use crate::wire::DeploymentPlan;
 use frame::{hello, parse_header, read_hello, write_header, CREDIT, DATA, MAX_FRAME};
 
@@ -40,6 +47,8 @@ mod frame;
 /// How long a connection waits for its attempt to be deployed on this side, and a producer
 /// for its consumer's task manager to accept.
 const ATTEMPT_WAIT: Duration = Duration::from_secs(60);
+/// How long either side of a new connection waits for the other's handshake and hello.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
 
 /// This task manager's end of the data plane: the listener, and the network of each attempt.
 #[derive(Clone)]
@@ -51,6 +60,7 @@ pub struct DataPlane {
 struct PlaneInner {
     attempts: Mutex<Attempts>,
     changed: Condvar,
+    secret: Option<ClusterSecret>,
 }
 
 #[derive(Default)]
@@ -62,8 +72,18 @@ struct Attempts {
 }
 
 impl DataPlane {
-    /// Listens on `address` (port 0: any free port).
-    pub fn bind(address: SocketAddr) -> Result<DataPlane, ClusterError> {
+    /// Listens on `address` (port 0: any free port). With `secret`, every connection must
+    /// prove it knows it; without, an address beyond loopback is refused.
+    pub fn bind(
+        address: SocketAddr,
+        secret: Option<ClusterSecret>,
+    ) -> Result<DataPlane, ClusterError> {
+        security::check_bind(
+            address,
+            secret.as_ref(),
+            "for data",
+            "send records into the job, or take the records other task managers send it",
+        )?;
         let listener = TcpListener::bind(address)
             .map_err(|e| ClusterError::io(format!("cannot listen for data on {address}"), e))?;
         let address = listener
@@ -72,6 +92,7 @@ impl DataPlane {
         let inner = Arc::new(PlaneInner {
             attempts: Mutex::new(Attempts::default()),
             changed: Condvar::new(),
+            secret,
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -92,6 +113,7 @@ impl DataPlane {
         let net = Arc::new(AttemptNet {
             generation,
             me: me.to_string(),
+            secret: self.inner.secret.clone(),
             placement: plan.placement.iter().cloned().collect(),
             peers: plan.peers.iter().cloned().collect(),
             closed: AtomicBool::new(false),
@@ -143,6 +165,9 @@ fn accept_loop(listener: TcpListener, plane: Weak<PlaneInner>) {
                     .name("data-in".into())
                     .spawn(move || {
                         let closer = stream.try_clone().ok();
+                        let peer = stream
+                            .peer_addr()
+                            .map_or_else(|_| "an unknown address".into(), |a| a.to_string());
                         match serve_inbound(stream, &plane) {
                             Ok(()) => {}
                             // Connections break when an attempt is cancelled or a peer dies.
@@ -151,6 +176,9 @@ fn accept_loop(listener: TcpListener, plane: Weak<PlaneInner>) {
                             }
                             Err(InboundEnd::Protocol(e)) => {
                                 tracing::warn!(error = %e, "dropped a data connection")
+                            }
+                            Err(InboundEnd::Refused(e)) => {
+                                tracing::warn!(%peer, error = %e, "refused a data connection")
                             }
                         }
                         // Also the half the attempt's credit returns write to.
@@ -170,15 +198,19 @@ enum InboundEnd {
     Io(String),
     /// The peer sent something that is not Weir's data protocol, or broke its rules.
     Protocol(String),
+    /// The peer did not prove it knows the cluster's secret.
+    Refused(String),
 }
 
-/// Reads one producer task manager's connection: its hello, then its frames.
+/// Reads one producer task manager's connection: the handshake (with a secret), its hello,
+/// then its frames.
 fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), InboundEnd> {
     let io = |e: std::io::Error| InboundEnd::Io(e.to_string());
     stream.set_nodelay(true).map_err(io)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(io)?;
+    stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(io)?;
+    if let Some(secret) = &plane.secret {
+        security::challenge_producer(&mut stream, secret).map_err(InboundEnd::Refused)?;
+    }
     let (generation, producer_tm) = read_hello(&mut stream).map_err(InboundEnd::Protocol)?;
     stream.set_read_timeout(None).map_err(io)?;
     let Some(net) = wait_for_attempt(plane, generation) else {
@@ -248,6 +280,7 @@ fn wait_for_attempt(plane: &PlaneInner, generation: u64) -> Option<Arc<AttemptNe
 pub struct AttemptNet {
     generation: u64,
     me: String,
+    secret: Option<ClusterSecret>,
     placement: HashMap<SubtaskId, String>,
     peers: HashMap<String, String>,
     closed: AtomicBool,
@@ -359,12 +392,19 @@ impl AttemptNet {
         });
         outbound.insert(tm.to_string(), out.clone());
         let (generation, me, tm) = (self.generation, self.me.clone(), tm.to_string());
+        let secret = self.secret.clone();
         let weak = Arc::downgrade(&out);
         std::thread::Builder::new()
             .name("data-out".into())
             .spawn(move || {
-                if let Err(e) = run_outbound(&address, generation, &me, &weak) {
-                    tracing::debug!(peer = %tm, error = %e, "outbound data connection ended");
+                match run_outbound(&address, generation, &me, secret.as_ref(), &weak) {
+                    Ok(()) => {}
+                    Err(OutboundEnd::Io(e)) => {
+                        tracing::debug!(peer = %tm, error = %e, "outbound data connection ended")
+                    }
+                    Err(OutboundEnd::Refused(e)) => {
+                        tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that did not prove it knows the cluster's secret")
+                    }
                 }
                 if let Some(out) = weak.upgrade() {
                     out.break_all();
@@ -375,13 +415,34 @@ impl AttemptNet {
     }
 }
 
-/// Connects to a consumer task manager, says hello, then reads the credits it grants.
+/// Why an outbound connection ended.
+enum OutboundEnd {
+    Io(String),
+    /// The consumer did not prove it knows the cluster's secret.
+    Refused(String),
+}
+
+impl From<String> for OutboundEnd {
+    fn from(e: String) -> OutboundEnd {
+        OutboundEnd::Io(e)
+    }
+}
+
+impl From<&str> for OutboundEnd {
+    fn from(e: &str) -> OutboundEnd {
+        OutboundEnd::Io(e.to_string())
+    }
+}
+
+/// Connects to a consumer task manager, proves it knows the secret (and checks the consumer
+/// does), says hello, then reads the credits it grants.
 fn run_outbound(
     address: &str,
     generation: u64,
     me: &str,
+    secret: Option<&ClusterSecret>,
     out: &Weak<Outbound>,
-) -> Result<(), String> {
+) -> Result<(), OutboundEnd> {
     let deadline = Instant::now() + ATTEMPT_WAIT;
     let mut stream = loop {
         match TcpStream::connect(address) {
@@ -391,13 +452,20 @@ fn run_outbound(
                     .upgrade()
                     .is_some_and(|o| !o.broken.load(Ordering::Acquire));
                 if !alive || Instant::now() >= deadline {
-                    return Err(format!("cannot connect to {address}: {e}"));
+                    return Err(format!("cannot connect to {address}: {e}").into());
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
     };
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    if let Some(secret) = secret {
+        stream
+            .set_read_timeout(Some(HANDSHAKE_WAIT))
+            .map_err(|e| e.to_string())?;
+        security::answer_consumer(&mut stream, secret).map_err(OutboundEnd::Refused)?;
+        stream.set_read_timeout(None).map_err(|e| e.to_string())?;
+    }
     stream
         .write_all(&hello(generation, me))
         .map_err(|e| format!("sending the hello to {address}: {e}"))?;
@@ -418,11 +486,11 @@ fn run_outbound(
         match reader.read_exact(&mut header) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(format!("reading credits from {address}: {e}")),
+            Err(e) => return Err(format!("reading credits from {address}: {e}").into()),
         }
         let (kind, key, credits) = parse_header(&header);
         if kind != CREDIT {
-            return Err(format!("{address} sent a malformed frame (type {kind})"));
+            return Err(format!("{address} sent a malformed frame (type {kind})").into());
         }
         let Some(o) = out.upgrade() else {
             return Ok(());

@@ -269,6 +269,65 @@ fn cluster_commands_refuse_bad_flags_with_exit_status_2() {
 }
 
 #[test]
+fn a_port_beyond_loopback_without_the_cluster_secret_is_refused_with_exit_status_2() {
+    assert_refused(
+        &[
+            "jobmanager",
+            "--bind",
+            "0.0.0.0",
+            "--rpc-port",
+            "0",
+            "--",
+            "run",
+            "wordcount",
+            "--input",
+            "a-file",
+            "--output",
+            "out",
+            "--checkpoint-dir",
+            "ckpt",
+        ],
+        "refusing to listen for task managers on 0.0.0.0:0 without security.internal.secret: anyone who reaches the port could register a task manager and receive the job's records",
+    );
+    assert_refused(
+        &[
+            "taskmanager",
+            "--jobmanager",
+            "127.0.0.1:1",
+            "--host",
+            "0.0.0.0",
+        ],
+        "refusing to listen for data on 0.0.0.0:0 without security.internal.secret",
+    );
+    assert_refused(
+        &[
+            "jobmanager",
+            "--rpc-port",
+            "0",
+            "-D",
+            "security.internal.secret=hunter2",
+            "--",
+            "bench",
+            "keyed-count",
+        ],
+        "security.internal.secret: the cluster's secret is 7 bytes long; use at least 16",
+    );
+    assert_refused(
+        &[
+            "jobmanager",
+            "--rpc-port",
+            "0",
+            "--",
+            "bench",
+            "keyed-count",
+            "-D",
+            "security.internal.secret=sixteen-bytes-at-least",
+        ],
+        "the cluster's secret goes before --, not among the job's flags",
+    );
+}
+
+#[test]
 fn a_task_manager_that_cannot_reach_its_job_manager_says_so_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_in(

@@ -137,7 +137,21 @@ fn job_manager_at(
 }
 
 fn task_manager_of(dir: &Path, job_managers: &str, slots: u32, n: usize) -> Process {
+    task_manager_with_secret(dir, job_managers, slots, n, None)
+}
+
+/// A task manager with `secret` in WEIR_CLUSTER_SECRET.
+fn task_manager_with_secret(
+    dir: &Path,
+    job_managers: &str,
+    slots: u32,
+    n: usize,
+    secret: Option<&str>,
+) -> Process {
     let mut cmd = weir();
+    if let Some(secret) = secret {
+        cmd.env("WEIR_CLUSTER_SECRET", secret);
+    }
     cmd.current_dir(dir)
         .args(["taskmanager", "--jobmanager", job_managers])
         .args(["--slots", &slots.to_string(), "--id", &format!("tm-{n}")])
@@ -443,5 +457,46 @@ fn a_task_manager_that_stops_answering_is_declared_lost_by_heartbeat_and_the_job
     let log = finished(&mut jm);
     assert!(log.contains("1 restarts"), "{log}");
     all_exited_ok(&mut tms);
+    assert_exactly_once(&input, &dir.path().join("output"));
+}
+
+#[test]
+fn a_cluster_with_a_secret_runs_the_job_only_on_task_managers_that_know_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 29, 4, 5_000);
+    let secret = "correct horse battery staple";
+    let secret_file = dir.path().join("cluster-secret");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let define = format!("security.internal.secret-file={}", secret_file.display());
+    let mut jm = job_manager_with(dir.path(), port, &input, 3, &[define], "jobmanager");
+    // First, one without the secret and one with another: refused, they stop.
+    let mut strangers = [
+        task_manager_with_secret(dir.path(), &address, 4, 90, None),
+        task_manager_with_secret(dir.path(), &address, 4, 91, Some("somebody else's secret")),
+    ];
+    for stranger in &mut strangers {
+        let status = stranger.wait(Duration::from_secs(60));
+        let log = stranger.log();
+        assert_eq!(status.code(), Some(2), "{log}");
+        assert!(log.contains("refused this task manager"), "{log}");
+        assert!(!log.contains("built the job"), "{log}");
+    }
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| task_manager_with_secret(dir.path(), &address, 1, n, Some(secret)))
+        .collect();
+    let log = finished(&mut jm);
+    assert!(log.contains("0 restarts"), "{log}");
+    assert!(
+        log.matches("refused a control-plane call").count() >= 2,
+        "{log}"
+    );
+    // The strangers never registered: no slot of theirs was offered, no subtask placed.
+    assert!(!log.contains("tm-90") && !log.contains("tm-91"), "{log}");
+    all_exited_ok(&mut tms);
+    for tm in &tms {
+        assert!(tm.log().contains("deployed attempt=0"), "{}", tm.log());
+    }
     assert_exactly_once(&input, &dir.path().join("output"));
 }

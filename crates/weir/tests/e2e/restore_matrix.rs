@@ -55,17 +55,18 @@ pub struct Case {
     pub to: u32,
 }
 
+const STARTS: [Start; 4] = [
+    Start::Resume,
+    Start::Savepoint,
+    Start::RetainedIncremental,
+    Start::RetainedFull,
+];
 const RESCALES: [(u32, u32); 6] = [(2, 2), (1, 2), (2, 3), (3, 2), (2, 8), (8, 1)];
 
 fn all_cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for job in [Job::Wordcount, Job::SpendWindows] {
-        for start in [
-            Start::Resume,
-            Start::Savepoint,
-            Start::RetainedIncremental,
-            Start::RetainedFull,
-        ] {
+        for start in STARTS {
             // A resumed job continues in its own directory: there is nothing to claim.
             let claims: &[bool] = if start == Start::Resume {
                 &[false]
@@ -524,12 +525,7 @@ fn every_restore_path_is_exactly_once() {
         // change drawn at random.
         let mut drawn = Vec::new();
         for job in [Job::Wordcount, Job::SpendWindows] {
-            for start in [
-                Start::Resume,
-                Start::Savepoint,
-                Start::RetainedIncremental,
-                Start::RetainedFull,
-            ] {
+            for start in STARTS {
                 let of: Vec<Case> = cases
                     .iter()
                     .copied()

@@ -104,7 +104,7 @@ impl Rng {
     }
 }
 
-const WORDCOUNT_FILES: usize = 24;
+const WORDCOUNT_FILES: usize = 32;
 const WORDCOUNT_LINES: usize = 20_000;
 /// Purchases over all source splits of spend-windows, whatever the first parallelism.
 const PURCHASES: u64 = 1_200_000;
@@ -341,7 +341,7 @@ pub fn first_run(run: &Run, rng: &mut Rng) -> Option<PathBuf> {
             let mut spawned = run.spawn(&run.args(case.from, &ck1, &extra));
             let url = spawned.line_after("REST API and dashboard:");
             wait_for_checkpoints(&ck1, job, 1, &mut spawned);
-            std::thread::sleep(Duration::from_millis(rng.below(300)));
+            std::thread::sleep(Duration::from_millis(rng.below(100)));
             let stop = run_in(
                 run.dir.path(),
                 &[
@@ -418,7 +418,7 @@ pub fn run_case(case: Case, rng: &mut Rng) {
 
     // The restored run, killed at a random moment (possibly before its first checkpoint).
     let spawned = run.spawn(&run.args(case.to, &ckpt, &restore));
-    std::thread::sleep(Duration::from_millis(300 + rng.below(900)));
+    std::thread::sleep(Duration::from_millis(200 + rng.below(600)));
     spawned.kill();
 
     // `--resume` to the end (with the start point again, used only if no checkpoint completed).

@@ -1,7 +1,7 @@
 //! Weir's checkpoint coordinator and what it keeps: the id counter, the completed checkpoint
 //! store and the statistics.
 //!
-//! # Role in the flows (DESIGN.md §4)
+//! # Role in the flows
 //!
 //! The [`CheckpointCoordinator`] is the job manager's side of asynchronous barrier
 //! snapshotting, written as a **pure state machine**: [`Event`]s and the current time go in,

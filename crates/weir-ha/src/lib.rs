@@ -1,7 +1,7 @@
 //! Weir's high availability on ZooKeeper: leader election among job managers with fencing,
 //! the checkpoint id counter, and the completed checkpoint store.
 //!
-//! # Role in the flows (DESIGN.md §4)
+//! # Role in the flows
 //!
 //! With `high-availability.type: zookeeper` several job managers run the same job; ZooKeeper
 //! decides which one leads, and holds what a new leader needs to carry on where the last one

@@ -1,5 +1,5 @@
 //! Rebuilding the completed checkpoint store on takeover: from the pointers in ZooKeeper and
-//! the metadata they name in checkpoint storage (DESIGN.md §4, step 7, after a failover).
+//! the metadata they name in checkpoint storage (recovery, after a failover).
 //!
 //! Pointers are read in id order. One whose data is not a pointer, or whose metadata is
 //! missing or corrupt, is skipped with a warning that names it (and kept, for inspection):

@@ -2,7 +2,7 @@
 //! completed checkpoints, so that a new leader finds them (Flink's
 //! `DefaultCompletedCheckpointStore` on ZooKeeper).
 //!
-//! A checkpoint's metadata is written durably to checkpoint storage first (DESIGN.md §4, step
+//! A checkpoint's metadata is written durably to checkpoint storage first (the completion flow, step
 //! 5); [`ZooKeeperCompletedCheckpointStore::add_checkpoint`] then creates its pointer at
 //! `<root>/<job-id>/checkpoints/<id>` and deletes the pointers of the checkpoints it evicts, in
 //! one fenced ZooKeeper transaction. The retained checkpoints and the reference counts of

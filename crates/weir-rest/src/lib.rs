@@ -1,6 +1,6 @@
 //! Weir's REST API, web dashboard and metrics: how people and tools look at a running job.
 //!
-//! # Role in the flows (DESIGN.md §4)
+//! # Role in the flows
 //!
 //! A running job is seen and steered through its [`weir_runtime::JobHandle`]. This crate serves
 //! that handle over HTTP, beside the job, on a thread of its own ([`RestServer`]):

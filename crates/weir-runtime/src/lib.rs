@@ -1,6 +1,6 @@
 //! Weir's runtime: everything that runs a job.
 //!
-//! In DESIGN.md's flows: each subtask runs one task loop ([`task`]) on its own thread — a
+//! In the checkpoint flows: each subtask runs one task loop ([`task`]) on its own thread — a
 //! mailbox where records, barriers and checkpoint notifications are handled in order, so
 //! operator state needs no locks. Records travel in batches over bounded channels
 //! ([`channel`], [`partition`], [`output`]); a full channel back-pressures its producer. The

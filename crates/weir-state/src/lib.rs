@@ -1,6 +1,6 @@
 //! Weir's keyed and operator state: key groups, the heap state backend, snapshots and restore.
 //!
-//! # Role in the flows of DESIGN.md
+//! # Role in the flows
 //!
 //! **Processing.** A keyed operator declares its state as a [`KeyedStateSet`]: one or a tuple of
 //! [`ValueState`], [`MapState`] and [`ListState`] tables. The runtime calls

@@ -260,16 +260,13 @@ fn run_job(
         tracing::info!(checkpoint = %latest.checkpoint.id, "restoring from checkpoint");
     }
     let savepoint = open_savepoint(graph, config, &start)?;
-    let claimed = savepoint
-        .as_ref()
-        .filter(|_| config.claim_mode == ClaimMode::Claim)
-        .and_then(|_| config.from_savepoint.clone());
     let max_id = max_id.max(
         savepoint
             .as_ref()
             .map(|(_, m)| m.checkpoint.id)
             .unwrap_or_default(),
     );
+    let claimed = claim(&storage, config, &start, savepoint.is_some(), max_id)?;
     let restored_from = start
         .latest
         .as_ref()
@@ -494,6 +491,45 @@ fn run_job(
         retained: storage.list_completed()?,
         stats,
     })
+}
+
+/// Settles a claim an earlier run left (killed after its first checkpoint completed, before
+/// deleting the claimed snapshot), and records this run's claim in claim mode. Returns the
+/// storage to settle it in once this run's first checkpoint completed.
+fn claim(
+    storage: &CheckpointStorage,
+    config: &ExecutionConfig,
+    start: &crate::restore::StartPoint,
+    from_savepoint: bool,
+    max_id: CheckpointId,
+) -> Result<Option<CheckpointStorage>, JobError> {
+    if let Some(latest) = &start.latest {
+        // Only clean-up depends on the claim: a damaged one does not stop the job.
+        match weir_storage::claim::settle(storage, latest.checkpoint.id) {
+            Ok(Some(path)) => {
+                tracing::info!(path = %path.display(), "deleted the snapshot an earlier run claimed")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not settle the claim of an earlier run; its snapshot stays until deleted by hand")
+            }
+        }
+    }
+    let (true, ClaimMode::Claim, Some(path)) =
+        (from_savepoint, config.claim_mode, &config.from_savepoint)
+    else {
+        return Ok(None);
+    };
+    let snapshot = std::fs::canonicalize(path)
+        .map_err(|e| JobError::Restore(format!("cannot claim {}: {e}", path.display())))?;
+    weir_storage::claim::record(
+        storage,
+        &weir_storage::claim::Claim {
+            snapshot,
+            first_checkpoint: CheckpointId(max_id.0 + 1),
+        },
+    )?;
+    Ok(Some(storage.clone()))
 }
 
 /// Opens the savepoint the job starts from, if any, and checks that it fits the job.

@@ -40,8 +40,9 @@ pub(crate) struct Watch {
     pub(crate) progress: JobProgress,
     /// Records emitted by the sources of earlier attempts.
     pub(crate) records_before: u64,
-    /// A claimed savepoint, deleted once the first checkpoint after it completed.
-    pub(crate) claimed: Option<std::path::PathBuf>,
+    /// The job's storage while it holds a claim on the snapshot it started from: the
+    /// snapshot is deleted once the first checkpoint after it completed.
+    pub(crate) claimed: Option<weir_storage::CheckpointStorage>,
     pub(crate) recovery_ms: Vec<u64>,
 }
 
@@ -138,17 +139,19 @@ impl Watch {
                     }
                 }
                 Ok(event) => {
-                    if let (JobEvent::CheckpointCompleted { id, .. }, Some(path)) =
+                    if let (JobEvent::CheckpointCompleted { id, .. }, Some(storage)) =
                         (&event, &self.claimed)
                     {
-                        // Invariant: a claimed savepoint goes only once a newer checkpoint holds
-                        // the job's whole state.
-                        match weir_storage::savepoint::discard_claimed(path) {
-                            Ok(()) => {
-                                tracing::info!(checkpoint = %id, path = %path.display(), "deleted the claimed savepoint")
+                        // Invariant: a claimed snapshot goes only once a newer checkpoint holds
+                        // the job's whole state; its claim goes after it, so that a kill in
+                        // between leaves the claim for the next run to settle.
+                        match weir_storage::claim::settle(storage, *id) {
+                            Ok(Some(path)) => {
+                                tracing::info!(checkpoint = %id, path = %path.display(), "deleted the claimed snapshot")
                             }
+                            Ok(None) => {}
                             Err(e) => {
-                                tracing::warn!(path = %path.display(), error = %e, "could not delete the claimed savepoint")
+                                tracing::warn!(error = %e, "could not delete the claimed snapshot; the job's next run tries again")
                             }
                         }
                         self.claimed = None;

@@ -9,6 +9,8 @@
 //! <checkpoint-dir>/<job>/shared/<uid>-<index>-<id>-<nonce>.kgs
 //!                                                      key-group blobs of incremental
 //!                                                      checkpoints, referenced by later ones
+//! <checkpoint-dir>/<job>/_claimed                      a snapshot the job claimed and has not
+//!                                                      deleted yet (claim mode)
 //! ```
 //!
 //! Paths in `StateHandle`s are relative to `<checkpoint-dir>/<job>` and use `/`, so a job's
@@ -21,6 +23,8 @@ pub const METADATA_FILE: &str = "_metadata";
 /// Where a local `_metadata` is written before its atomic rename.
 pub const METADATA_TEMP_FILE: &str = "_metadata.inprogress";
 pub const SHARED_DIR: &str = "shared";
+/// The job's claim on the snapshot it started from in claim mode, until that snapshot is gone.
+pub const CLAIM_FILE: &str = "_claimed";
 const CHECKPOINT_PREFIX: &str = "chk-";
 /// The extension of shared key-group data files.
 pub const SHARED_EXTENSION: &str = "kgs";

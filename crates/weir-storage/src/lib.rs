@@ -16,6 +16,7 @@
 //! finds the checkpoint to resume from. Every file carries a checksum verified on read: the
 //! CRC-32C recorded in its handle, and its format's own checksum inside.
 
+pub mod claim;
 mod direct_read;
 pub mod error;
 mod faults;

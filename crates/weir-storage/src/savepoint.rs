@@ -107,29 +107,6 @@ pub fn verify_savepoint(
     })
 }
 
-/// Deletes a snapshot that a job claimed (started from it in claim mode) once the job no
-/// longer needs it: every file its metadata references — for a retained incremental
-/// checkpoint, also the shared files outside its directory — and then its directory. Files
-/// already gone are fine. A snapshot whose metadata cannot be read is left alone: deleting
-/// what cannot be identified could remove another checkpoint's files.
-pub fn discard_claimed(path: &Path) -> Result<(), StorageError> {
-    let (storage, metadata) = open_unchecked(path)?;
-    // A savepoint's files are all in its directory; a checkpoint's private files too, its
-    // shared ones under the job's root.
-    if !is_savepoint_layout(&metadata) {
-        for state in metadata.checkpoint.subtask_states.values() {
-            for handle in state.handles.iter().filter(|h| h.is_file() && h.shared) {
-                storage.discard_file(&handle.path)?;
-            }
-        }
-    }
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(StorageError::io(path, e)),
-    }
-}
-
 /// Opens a savepoint and runs `check` on every file it references.
 fn open_checked(
     path: &Path,
@@ -146,7 +123,7 @@ fn open_checked(
 
 /// Whether the snapshot's handles name files of its own directory (a savepoint) rather than
 /// paths under a job's checkpoint root (a retained checkpoint).
-fn is_savepoint_layout(metadata: &CheckpointMetadata) -> bool {
+pub(crate) fn is_savepoint_layout(metadata: &CheckpointMetadata) -> bool {
     metadata
         .checkpoint
         .subtask_states
@@ -155,7 +132,9 @@ fn is_savepoint_layout(metadata: &CheckpointMetadata) -> bool {
         .all(|h| !h.path.contains('/'))
 }
 
-fn open_unchecked(path: &Path) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
+pub(crate) fn open_unchecked(
+    path: &Path,
+) -> Result<(CheckpointStorage, CheckpointMetadata), StorageError> {
     let meta_path = path.join(METADATA_FILE);
     let bytes = fs::read(&meta_path).map_err(|e| StorageError::io(&meta_path, e))?;
     let metadata = CheckpointMetadata::decode(&bytes, &meta_path.display().to_string())?;

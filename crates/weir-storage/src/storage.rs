@@ -395,6 +395,8 @@ impl CheckpointStorage {
         for file in self.io.list_files(SHARED_DIR)? {
             self.io.delete(&file.relative)?;
         }
+        // A claim of the discarded run: its snapshot is left to the user.
+        self.io.delete(crate::layout::CLAIM_FILE)?;
         self.remove_local_dir(SHARED_DIR)
     }
 

@@ -243,3 +243,69 @@ fn private_state_up_to_the_threshold_is_kept_inline_and_round_trips_through_the_
     assert_eq!(savepoint.read_state_file(&handles[0]).unwrap(), bytes);
     assert_eq!(handles[0].path, "chk-9__source-0.op");
 }
+
+#[test]
+fn a_claimed_checkpoint_is_deleted_without_the_shared_files_its_neighbours_still_reference() {
+    // ck1 holds retained checkpoints 4 and 5 of a killed run; both reference `shared/a`, only
+    // 5 references `shared/b`. A new job claims chk-5.
+    let ck1 = tempfile::tempdir().unwrap();
+    let old = storage(&ck1);
+    let a = shared_file(&old, "source-0-4-1.kgs");
+    let b = shared_file(&old, "source-0-5-2.kgs");
+    checkpoint(&old, 4, Some(&a));
+    let state = checkpoint(&old, 5, Some(&a));
+    let mut five = old.read_metadata(CheckpointId(5)).unwrap();
+    five.checkpoint
+        .subtask_states
+        .values_mut()
+        .for_each(|s| *s = SubtaskState::from_handles(vec![state.clone(), a.clone(), b.clone()]));
+    old.write_metadata(&five).unwrap();
+
+    let ck2 = tempfile::tempdir().unwrap();
+    let new = storage(&ck2);
+    let claimed = ck1.path().join("job").join("chk-5");
+    weir_storage::claim::record(
+        &new,
+        &weir_storage::claim::Claim {
+            snapshot: claimed.clone(),
+            first_checkpoint: CheckpointId(6),
+        },
+    )
+    .unwrap();
+    // A checkpoint below the claiming run's first one settles nothing.
+    assert_eq!(
+        weir_storage::claim::settle(&new, CheckpointId(5)).unwrap(),
+        None
+    );
+    assert!(claimed.exists());
+    assert!(weir_storage::claim::pending(&new).unwrap().is_some());
+
+    // The claiming run's first completed checkpoint (in this run or, after a kill, seen by
+    // the next run's start) settles it: chk-5 and `shared/b` go, chk-4 still verifies.
+    assert_eq!(
+        weir_storage::claim::settle(&new, CheckpointId(6)).unwrap(),
+        Some(claimed.clone())
+    );
+    assert!(!claimed.exists());
+    assert!(!ck1.path().join("job").join(&b.path).exists());
+    assert!(ck1.path().join("job").join(&a.path).exists());
+    old.verify(CheckpointId(4)).unwrap();
+    assert_eq!(weir_storage::claim::pending(&new).unwrap(), None);
+    // Settled once: a later checkpoint finds nothing to do.
+    assert_eq!(
+        weir_storage::claim::settle(&new, CheckpointId(7)).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn a_damaged_claim_is_an_error_naming_it_and_starting_over_drops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir);
+    std::fs::write(dir.path().join("job").join("_claimed"), b"garbage").unwrap();
+    let e = weir_storage::claim::settle(&s, CheckpointId(9)).unwrap_err();
+    assert!(e.to_string().contains("_claimed"), "{e}");
+    // Starting over (--fresh) drops it.
+    s.discard_all().unwrap();
+    assert_eq!(weir_storage::claim::pending(&s).unwrap(), None);
+}

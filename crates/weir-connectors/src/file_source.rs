@@ -18,6 +18,7 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use weir_runtime::{OperatorContext, SourceFunction, SourceStatus, TaskError};
 
 /// One file's read position.
@@ -54,8 +55,9 @@ impl FileSplit {
     }
 }
 
-/// Reads lines of UTF-8 text. Bounded: it ends when every file has been read to its end and
-/// no new file has appeared.
+/// Reads lines of UTF-8 text. Bounded by default: it ends when every file has been read to its
+/// end and no new file has appeared. [`monitor_continuously`](Self::monitor_continuously) makes
+/// it unbounded: it keeps looking for new files and never ends by itself.
 #[derive(Debug)]
 pub struct FileSource {
     path: PathBuf,
@@ -68,6 +70,9 @@ pub struct FileSource {
     /// whatever their names hash to.
     held_elsewhere: HashSet<String>,
     current: Option<Reader>,
+    /// How often to look for new files once every known file is read; `None`: bounded.
+    monitor_interval: Option<Duration>,
+    last_discovery: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -88,6 +93,8 @@ impl Clone for FileSource {
             splits: self.splits.clone(),
             held_elsewhere: self.held_elsewhere.clone(),
             current: None,
+            monitor_interval: self.monitor_interval,
+            last_discovery: None,
         }
     }
 }
@@ -104,7 +111,17 @@ impl FileSource {
             splits: Vec::new(),
             held_elsewhere: HashSet::new(),
             current: None,
+            monitor_interval: None,
+            last_discovery: None,
         }
+    }
+
+    /// Keeps reading a directory as it grows: once every file is read, looks for new ones
+    /// every `interval` (Flink's `source.monitor-interval`) and never ends. Files must appear
+    /// whole: write them under a hidden name (a leading `.`) and rename them into place.
+    pub fn monitor_continuously(mut self, interval: Duration) -> FileSource {
+        self.monitor_interval = Some(interval);
+        self
     }
 
     /// Skips lines that are not UTF-8 instead of failing; [`skipped`](Self::skipped) counts them.
@@ -162,17 +179,19 @@ impl FileSource {
 
     /// Adds splits for files that appeared since the last look; true if any did.
     fn discover(&mut self) -> Result<bool, TaskError> {
-        let mut found = false;
-        for name in self.list_files()? {
-            if !self.held_elsewhere.contains(&name) && !self.splits.iter().any(|s| s.name == name) {
-                self.splits.push(FileSplit {
-                    name,
-                    offset: 0,
-                    done: false,
-                });
-                found = true;
-            }
-        }
+        self.last_discovery = Some(Instant::now());
+        let known: HashSet<&str> = self.splits.iter().map(|s| s.name.as_str()).collect();
+        let new: Vec<String> = self
+            .list_files()?
+            .into_iter()
+            .filter(|name| !self.held_elsewhere.contains(name) && !known.contains(name.as_str()))
+            .collect();
+        let found = !new.is_empty();
+        self.splits.extend(new.into_iter().map(|name| FileSplit {
+            name,
+            offset: 0,
+            done: false,
+        }));
         Ok(found)
     }
 
@@ -250,11 +269,16 @@ impl SourceFunction<String> for FileSource {
         batch: &mut Vec<String>,
         max: usize,
     ) -> Result<SourceStatus, TaskError> {
-        if self.current.is_none()
-            && !self.open_next()?
-            && !(self.discover()? && self.open_next()?)
-        {
-            return Ok(SourceStatus::Exhausted);
+        if self.current.is_none() && !self.open_next()? {
+            if let Some(interval) = self.monitor_interval {
+                // Unbounded: look again once the interval has passed, idle meanwhile.
+                let due = self.last_discovery.is_none_or(|t| t.elapsed() >= interval);
+                if !(due && self.discover()? && self.open_next()?) {
+                    return Ok(SourceStatus::Idle);
+                }
+            } else if !(self.discover()? && self.open_next()?) {
+                return Ok(SourceStatus::Exhausted);
+            }
         }
         let Some(current) = self.current.as_mut() else {
             return Ok(SourceStatus::Exhausted);
@@ -371,6 +395,51 @@ mod tests {
             drain(&mut restored, 2).unwrap(),
             vec!["two", "three", "four"]
         );
+    }
+
+    #[test]
+    fn a_monitoring_source_idles_when_caught_up_and_reads_files_that_appear_later() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\n").unwrap();
+        let mut s = FileSource::new(dir.path()).monitor_continuously(Duration::ZERO);
+        s.open(&ctx(), None).unwrap();
+        let mut batch = Vec::new();
+        assert_eq!(s.poll_batch(&mut batch, 10).unwrap(), SourceStatus::Emitted);
+        assert_eq!(batch, vec!["one"]);
+        // Caught up: idle, never exhausted.
+        for _ in 0..3 {
+            batch.clear();
+            assert_eq!(s.poll_batch(&mut batch, 10).unwrap(), SourceStatus::Idle);
+            assert!(batch.is_empty());
+        }
+        // A file renamed into place is read; its hidden temp name never is.
+        std::fs::write(dir.path().join(".b.txt.tmp"), "two\nthree\n").unwrap();
+        batch.clear();
+        assert_eq!(s.poll_batch(&mut batch, 10).unwrap(), SourceStatus::Idle);
+        std::fs::rename(dir.path().join(".b.txt.tmp"), dir.path().join("b.txt")).unwrap();
+        let mut read = Vec::new();
+        for _ in 0..4 {
+            batch.clear();
+            s.poll_batch(&mut batch, 10).unwrap();
+            read.append(&mut batch);
+        }
+        assert_eq!(read, vec!["two", "three"]);
+        assert_eq!(s.poll_batch(&mut batch, 10).unwrap(), SourceStatus::Idle);
+
+        // With an interval, the directory is not listed again before it has passed.
+        let mut slow = FileSource::new(dir.path()).monitor_continuously(Duration::from_secs(3600));
+        slow.open(&ctx(), None).unwrap();
+        let mut all = Vec::new();
+        for _ in 0..4 {
+            batch.clear();
+            slow.poll_batch(&mut batch, 10).unwrap();
+            all.append(&mut batch);
+        }
+        assert_eq!(all, vec!["one", "two", "three"]);
+        std::fs::write(dir.path().join("c.txt"), "four\n").unwrap();
+        batch.clear();
+        assert_eq!(slow.poll_batch(&mut batch, 10).unwrap(), SourceStatus::Idle);
+        assert!(batch.is_empty());
     }
 
     #[test]

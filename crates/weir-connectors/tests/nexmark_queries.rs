@@ -71,6 +71,7 @@ where
         exec.failure_injection = Some(FailureInjection {
             uids: uids.iter().map(|u| u.to_string()).collect(),
             probability,
+            every: None,
         });
     }
     let summary = execute(

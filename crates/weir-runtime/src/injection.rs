@@ -2,15 +2,22 @@
 //!
 //! Off unless `WEIR_INJECT_FAILURES` is set, as `uid[,uid…]:probability`, e.g.
 //! `counts,sink:0.002`: every batch a subtask of a named operator processes (or a source
-//! emits) fails its attempt with that probability. Checked once per batch, never per record.
+//! emits) fails its attempt with that probability. Or as `uid[,uid…]:duration`, e.g.
+//! `counts:10s`: each subtask of a named operator fails its attempt at the first batch after
+//! that long (±20 %, drawn per subtask) since the attempt started — a failure every ~10 s
+//! for as long as the job runs, whatever its throughput. Checked once per batch, never per
+//! record.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Which operators fail, and how often.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FailureInjection {
     pub uids: Vec<String>,
+    /// Per batch; unused when `every` is set.
     pub probability: f64,
+    /// Each attempt fails about this long after it started.
+    pub every: Option<Duration>,
 }
 
 impl FailureInjection {
@@ -27,15 +34,19 @@ impl FailureInjection {
     pub fn parse(text: &str) -> Result<FailureInjection, String> {
         let bad = || {
             format!(
-                "{}='{text}': expected uid[,uid…]:probability, e.g. counts:0.01",
+                "{}='{text}': expected uid[,uid…]:probability or uid[,uid…]:duration, e.g. counts:0.01 or counts:10s",
                 Self::ENV
             )
         };
         let (uids, p) = text.rsplit_once(':').ok_or_else(bad)?;
-        let probability: f64 = p.trim().parse().map_err(|_| bad())?;
-        if !(0.0..=1.0).contains(&probability) {
-            return Err(bad());
-        }
+        let (probability, every) = match p.trim().parse::<f64>() {
+            Ok(probability) if (0.0..=1.0).contains(&probability) => (probability, None),
+            Ok(_) => return Err(bad()),
+            Err(_) => match weir_core::config::parse_duration(p.trim()) {
+                Ok(every) if !every.is_zero() => (0.0, Some(every)),
+                _ => return Err(bad()),
+            },
+        };
         let uids: Vec<String> = uids
             .split(',')
             .map(|u| u.trim().to_string())
@@ -44,7 +55,11 @@ impl FailureInjection {
         if uids.is_empty() {
             return Err(bad());
         }
-        Ok(FailureInjection { uids, probability })
+        Ok(FailureInjection {
+            uids,
+            probability,
+            every,
+        })
     }
 
     /// The injector of one subtask, or `None` if its operator is not named.
@@ -58,28 +73,43 @@ impl FailureInjection {
             .unwrap_or(1);
         let seed =
             nanos ^ ((index as u64) << 32) ^ ((attempt as u64) << 48) ^ 0x9e37_79b9_7f4a_7c15;
-        Some(FailureInjector {
+        let mut injector = FailureInjector {
             state: seed | 1,
             threshold: (self.probability * u64::MAX as f64) as u64,
-        })
+            deadline: None,
+        };
+        if let Some(every) = self.every {
+            // 0.8 to 1.2 times the period, so that subtasks do not fail in lockstep.
+            let spread = (injector.next() % 4001) as f64 / 10_000.0;
+            injector.deadline = Some(Instant::now() + every.mul_f64(0.8 + spread));
+        }
+        Some(injector)
     }
 }
 
-/// One subtask's dice.
+/// One subtask's dice (or its deadline).
 #[derive(Clone, Debug)]
 pub struct FailureInjector {
     state: u64,
     threshold: u64,
+    deadline: Option<Instant>,
 }
 
 impl FailureInjector {
     /// Rolls once; true means: fail now.
     pub fn roll(&mut self) -> bool {
+        match self.deadline {
+            Some(deadline) => Instant::now() >= deadline,
+            None => self.next() < self.threshold,
+        }
+    }
+
+    fn next(&mut self) -> u64 {
         // xorshift64*
         self.state ^= self.state >> 12;
         self.state ^= self.state << 25;
         self.state ^= self.state >> 27;
-        self.state.wrapping_mul(0x2545_f491_4f6c_dd1d) < self.threshold
+        self.state.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 }
 
@@ -98,5 +128,18 @@ mod tests {
         assert!(FailureInjection::parse("counts").is_err());
         assert!(FailureInjection::parse("counts:2").is_err());
         assert!(FailureInjection::parse(":0.1").is_err());
+        assert!(FailureInjection::parse("counts:0s").is_err());
+        assert!(FailureInjection::parse("counts:soon").is_err());
+    }
+
+    #[test]
+    fn a_period_fails_each_attempt_once_it_has_run_that_long() {
+        let f = FailureInjection::parse("counts:1h").unwrap();
+        assert_eq!(f.every, Some(Duration::from_secs(3600)));
+        let mut dice = f.for_subtask("counts", 0, 0).unwrap();
+        assert!((0..1000).all(|_| !dice.roll()));
+        let mut late = dice.clone();
+        late.deadline = Some(Instant::now());
+        assert!(late.roll());
     }
 }

@@ -252,6 +252,12 @@ pub struct WordcountArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub job: JobArgs,
+    /// Keep watching the input directory for new files at this interval (e.g. 1s) instead of
+    /// ending once every file is read (Flink's source.monitor-interval). The job then runs until
+    /// stopped (`weir stop`, Ctrl-C). New files must appear whole: write them under a hidden
+    /// name (leading `.`) and rename them into place.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub monitor_interval: Option<Duration>,
     /// Skip (and count) lines that are not UTF-8 instead of failing.
     #[arg(long)]
     pub skip_invalid_utf8: bool,

@@ -79,6 +79,9 @@ pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError>
     if args.skip_invalid_utf8 {
         source = source.skip_invalid_utf8();
     }
+    if let Some(interval) = args.monitor_interval {
+        source = source.monitor_continuously(interval);
+    }
     let skipped = source.skipped();
     let env = StreamEnv::with_config("wordcount", &config)?;
     let format = Arc::new(|(word, count): &(String, u64), line: &mut Vec<u8>| {

@@ -8,3 +8,4 @@ mod common;
 mod demo;
 mod kill_and_resume;
 mod restore_matrix;
+mod soak;

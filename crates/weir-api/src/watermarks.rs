@@ -31,11 +31,10 @@
 
 use std::time::Duration;
 use weir_core::Data;
-use weir_runtime::graph::NodeRole;
+use weir_runtime::graph::{source_factory_with_watermarks, NodeRole};
 use weir_runtime::operator::SourceFunction;
 use weir_runtime::watermark::{
-    source_factory_with_watermarks, BoundedOutOfOrderness, TimestampsAndWatermarksOperator,
-    WatermarkGenerator, WatermarkStrategy,
+    BoundedOutOfOrderness, TimestampsAndWatermarksOperator, WatermarkGenerator, WatermarkStrategy,
 };
 
 use crate::env::StreamEnv;

@@ -3,7 +3,16 @@
 use weir_checkpoint::{AckMetrics, JobStatus, TaskStatus};
 use weir_core::{Barrier, CheckpointId, CheckpointKind, SubtaskId, SubtaskState};
 
-use crate::handle::Drain;
+/// What a stop with savepoint does with event time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Drain {
+    /// Windows and timers still pending stay in the savepoint, to fire after a restore.
+    #[default]
+    Keep,
+    /// End event time before the savepoint (Flink's `--drain`): everything pending fires now.
+    /// For a job that is not meant to resume.
+    EndEventTime,
+}
 
 /// A message to one subtask's task loop. Handled between batches, never inside one.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

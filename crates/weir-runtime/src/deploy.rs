@@ -3,21 +3,21 @@
 use crossbeam_channel::Sender;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 use weir_core::{KeyGroupRange, SubtaskId};
-use weir_storage::CheckpointStorage;
 
+use crate::config::ExecutionConfig;
 use crate::control::{ControlSender, CoordinatorMessage, JobEvent, TaskControl};
 use crate::error::{JobError, TaskError};
-use crate::executor::ExecutionConfig;
 use crate::graph::{Erased, JobGraph, NodeRole};
 use crate::metrics::SubtaskMetrics;
-use crate::operator::{OperatorContext, RestoredState};
+use crate::operator::OperatorContext;
 use crate::remote::{ChannelKey, Network};
-use crate::restore::subtask_state;
+use crate::restore::read_states;
+/// Re-exported: a [`Deployer`] is handed the state an attempt restores.
+pub use crate::restore::Restore;
 use crate::snapshot::SnapshotWorkers;
 use crate::task::TaskRuntime;
 
@@ -40,16 +40,6 @@ pub struct Deployed {
 pub trait RemoteAttempt: Send {
     /// Waits until every remote subtask of the attempt has stopped (or its process is gone).
     fn wait_stopped(self: Box<Self>);
-}
-
-/// Where an attempt's state comes from.
-#[derive(Clone, Copy)]
-pub struct Restore<'a> {
-    pub storage: &'a CheckpointStorage,
-    pub metadata: &'a weir_storage::CheckpointMetadata,
-    /// The directory of the snapshot the state comes from when the job does not own it (a
-    /// savepoint, or a retained checkpoint given with `--from-savepoint`).
-    pub savepoint: Option<&'a std::path::Path>,
 }
 
 /// Deploys the attempts of a job: as threads of this process ([`LocalDeployer`]), or on the
@@ -121,68 +111,6 @@ impl Deployed {
     pub fn source_records(&self) -> u64 {
         self.source_metrics.iter().map(|m| m.records_out()).sum()
     }
-}
-
-/// Reads the state of every subtask of `graph` from `metadata`, in the order of the graph's
-/// nodes and their subtasks, on a few threads at once: the files of a large state are read
-/// side by side (each read waits on the disk), then each subtask decodes its own in its thread.
-/// Only the subtasks that run in this process are read. The first error in that order is
-/// returned.
-fn read_states(
-    graph: &JobGraph,
-    restore: Restore<'_>,
-    is_local: &dyn Fn(SubtaskId) -> bool,
-) -> Result<Vec<RestoredState>, JobError> {
-    let Restore {
-        storage,
-        metadata,
-        savepoint,
-    } = restore;
-    let subtasks: Vec<(&crate::graph::Node, u32)> = graph
-        .nodes
-        .iter()
-        .flat_map(|node| (0..node.parallelism).map(move |index| (node, index)))
-        .filter(|(node, index)| is_local(SubtaskId::new(node.id(), *index)))
-        .collect();
-    let readers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, 8)
-        .min(subtasks.len().max(1));
-    let next = AtomicUsize::new(0);
-    let read = |i: usize| {
-        let (node, index) = subtasks[i];
-        let key_groups = KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
-        let owned = savepoint.is_none();
-        (
-            i,
-            subtask_state(storage, metadata, node, index, key_groups, owned),
-        )
-    };
-    let mut results: Vec<_> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..readers)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= subtasks.len() {
-                            return mine;
-                        }
-                        mine.push(read(i));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| {
-                w.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
-    results.sort_unstable_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Creates every channel, writer and subtask of one attempt that runs in this process, and

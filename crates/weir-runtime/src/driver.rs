@@ -17,8 +17,9 @@ use weir_checkpoint::{
 use weir_core::{Barrier, CheckpointId, CheckpointKind, Clock, JobId, SubtaskId};
 use weir_storage::{CheckpointMetadata, CheckpointStorage, OperatorMetadata};
 
+use crate::control::Drain;
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
-use crate::handle::{Drain, JobHandle, RequestStatus};
+use crate::handle::{JobHandle, RequestStatus};
 use io::{Io, IoDone, IoJob};
 
 /// The request id of the final checkpoint taken when a job stops (manual request ids count up

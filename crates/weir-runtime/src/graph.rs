@@ -17,7 +17,8 @@ use crate::partition::{BroadcastWriter, EdgeWriter, HashWriter, Partition, Round
 use crate::remote::{
     remote_receiver, remote_sink, CreditReturn, FrameDecoder, FrameWriter, InputChannel,
 };
-use crate::task::{run_one_input, run_source, TaskRuntime};
+use crate::task::{run_one_input, run_source, run_source_with_watermarks, TaskRuntime};
+use crate::watermark::{SourceWatermarkDriver, WatermarkGenerator, WatermarkStrategy};
 
 /// A type-erased value whose type the graph's factories know.
 pub type Erased = Box<dyn Any + Send>;
@@ -177,6 +178,29 @@ where
             .map_err(|_| "source template poisoned")?
             .clone();
         Ok(Box::new(move || run_source(source, out, rt)) as SubtaskBody)
+    })
+}
+
+/// The factory of a source node whose subtasks generate watermarks with `strategy`.
+pub fn source_factory_with_watermarks<T, S, G>(
+    source: S,
+    strategy: WatermarkStrategy<G>,
+) -> NodeFactory
+where
+    T: Clone + Send + 'static,
+    S: SourceFunction<T> + Clone + Send,
+    G: WatermarkGenerator<T>,
+{
+    // Shared only to be cloned at deployment; the mutex spares user types a `Sync` bound.
+    let template = Arc::new(Mutex::new((source, strategy)));
+    Arc::new(move |_inputs, outputs, rt: TaskRuntime| {
+        let out = Output::new(writers::<T>(outputs)?, rt.batch_size);
+        let (source, strategy) = template
+            .lock()
+            .map_err(|_| "source template poisoned")?
+            .clone();
+        let driver = SourceWatermarkDriver::new(strategy).aligned(&rt.alignment);
+        Ok(Box::new(move || run_source_with_watermarks(source, driver, out, rt)) as SubtaskBody)
     })
 }
 

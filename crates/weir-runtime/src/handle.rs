@@ -4,17 +4,43 @@
 use crossbeam_channel::Sender;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_checkpoint::{CheckpointStats, JobStatus, RequestId};
 use weir_core::config::CheckpointConfig;
 use weir_core::{CheckpointId, CheckpointKind, JobId, SubtaskId};
 
-use crate::control::CoordinatorMessage;
-use crate::executor::StopHandle;
+use crate::control::{CoordinatorMessage, Drain};
 use crate::graph::{JobGraph, NodeRole};
 use crate::metrics::SubtaskMetrics;
+
+/// Asks a running job to stop cleanly (a final checkpoint, then the sources end) or to
+/// cancel (no final checkpoint).
+#[derive(Clone, Debug, Default)]
+pub struct StopHandle {
+    stop: Arc<AtomicBool>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl StopHandle {
+    pub fn new() -> StopHandle {
+        StopHandle::default()
+    }
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+    /// Stop or cancel was asked for.
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || self.is_cancelled()
+    }
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+}
 
 /// One operator of the job as the outside sees it.
 #[derive(Clone, Debug)]
@@ -43,17 +69,6 @@ pub enum RequestStatus {
         location: Option<PathBuf>,
     },
     Failed(String),
-}
-
-/// What a stop with savepoint does with event time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub enum Drain {
-    /// Windows and timers still pending stay in the savepoint, to fire after a restore.
-    #[default]
-    Keep,
-    /// End event time before the savepoint (Flink's `--drain`): everything pending fires now.
-    /// For a job that is not meant to resume.
-    EndEventTime,
 }
 
 /// Records flowing through one subtask.

@@ -18,6 +18,7 @@
 
 pub mod alignment;
 pub mod channel;
+pub mod config;
 pub mod control;
 pub mod deploy;
 pub mod driver;
@@ -25,6 +26,7 @@ pub mod error;
 pub mod executor;
 pub mod gate;
 pub mod graph;
+pub mod ha;
 pub mod handle;
 pub mod injection;
 pub mod metrics;
@@ -32,6 +34,7 @@ pub mod operator;
 pub mod operators;
 pub mod output;
 pub mod partition;
+pub mod progress;
 pub mod remote;
 pub mod restart;
 pub mod restore;
@@ -43,12 +46,12 @@ pub mod timer_service;
 pub mod watermark;
 pub mod watermark_valve;
 
+pub use config::{ClaimMode, ExecutionConfig, StartMode};
+pub use control::Drain;
 pub use error::{JobError, TaskError};
-pub use executor::{
-    execute, execute_job, execute_with, ClaimMode, ExecutionConfig, HighAvailabilityServices,
-    JobProgress, JobSummary, LastCheckpoint, StopHandle,
-};
-pub use handle::{Drain, JobHandle, RequestStatus};
+pub use executor::{execute, execute_job, execute_with};
+pub use ha::HighAvailabilityServices;
+pub use handle::{JobHandle, RequestStatus, StopHandle};
 pub use operator::{OneInputOperator, OperatorContext, SourceFunction, SourceStatus};
 pub use output::Output;
-pub use restore::StartMode;
+pub use progress::{JobProgress, JobSummary, LastCheckpoint};

@@ -2,7 +2,7 @@
 //!
 //! A job graph's edges know their record type; the transport between processes knows bytes.
 //! This module is where the two meet: a [`Network`] (the cluster's data plane) moves frames
-//! with credit-based flow control, and each edge's [`crate::graph::ChannelFactory`] turns a
+//! with credit-based flow control, and each edge's channel factory (in the job graph) turns a
 //! frame writer into a typed [`ChannelSink`] (encoding one [`Element`] per frame with postcard)
 //! and a typed receiver into a frame decoder. Records still move in batches: one frame is one
 //! batch, a barrier or a watermark.

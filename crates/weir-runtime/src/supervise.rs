@@ -7,7 +7,8 @@ use weir_core::CheckpointId;
 use crate::control::{CoordinatorMessage, JobEvent};
 use crate::deploy::Deployed;
 use crate::error::JobError;
-use crate::executor::{JobProgress, LastCheckpoint, StopHandle};
+use crate::handle::StopHandle;
+use crate::progress::{JobProgress, LastCheckpoint};
 
 /// Why an attempt ended badly.
 pub(crate) struct Failure {

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use weir_checkpoint::TaskStatus;
 use weir_core::{Barrier, CheckpointId, CheckpointingMode, SubtaskId};
 
+use crate::control::Drain;
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::error::TaskError;
 use crate::gate::{GateEvent, InputGate};
-use crate::handle::Drain;
 use crate::metrics::SubtaskMetrics;
 use crate::operator::{
     OneInputOperator, OperatorContext, OperatorSnapshot, RestoredState, SourceFunction,

@@ -1,7 +1,7 @@
 //! Watermark generation: how event time starts moving.
 //!
 //! A [`WatermarkStrategy`] says how to read a record's event time and how far out of order
-//! records may arrive. Attached to a source ([`source_factory_with_watermarks`]) it runs inside
+//! records may arrive. Attached to a source (the job graph's `source_factory_with_watermarks`) it runs inside
 //! the source's task loop: every batch is observed before it is emitted, and the watermark —
 //! the largest event time seen, minus the allowed out-of-orderness, minus one millisecond — is
 //! emitted *after* the batch, at most once per [`WatermarkStrategy::with_interval`] (200 ms by
@@ -26,17 +26,13 @@
 //! assert_eq!(strategy.generator().current_watermark(), Some(12_000 - 5_000 - 1));
 //! ```
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir_core::WatermarkStatus;
 
 use crate::alignment::{AlignmentGroups, AlignmentMember};
 use crate::error::TaskError;
-use crate::graph::{Erased, NodeFactory, SubtaskBody};
-use crate::operator::{OneInputOperator, SourceFunction};
+use crate::operator::OneInputOperator;
 use crate::output::Output;
-use crate::partition::EdgeWriter;
-use crate::task::{run_source_with_watermarks, TaskRuntime};
 
 /// Flink's default `pipeline.auto-watermark-interval`.
 pub const DEFAULT_WATERMARK_INTERVAL: Duration = Duration::from_millis(200);
@@ -279,40 +275,6 @@ where
             None => false,
         }
     }
-}
-
-fn writers<T: 'static>(outputs: Vec<Erased>) -> Result<Vec<Box<dyn EdgeWriter<T>>>, String> {
-    outputs
-        .into_iter()
-        .map(|o| {
-            o.downcast::<Box<dyn EdgeWriter<T>>>()
-                .map(|b| *b)
-                .map_err(|_| "internal type mismatch for an output edge".to_string())
-        })
-        .collect()
-}
-
-/// The factory of a source node whose subtasks generate watermarks with `strategy`.
-pub fn source_factory_with_watermarks<T, S, G>(
-    source: S,
-    strategy: WatermarkStrategy<G>,
-) -> NodeFactory
-where
-    T: Clone + Send + 'static,
-    S: SourceFunction<T> + Clone + Send,
-    G: WatermarkGenerator<T>,
-{
-    // Shared only to be cloned at deployment; the mutex spares user types a `Sync` bound.
-    let template = Arc::new(Mutex::new((source, strategy)));
-    Arc::new(move |_inputs, outputs, rt: TaskRuntime| {
-        let out = Output::new(writers::<T>(outputs)?, rt.batch_size);
-        let (source, strategy) = template
-            .lock()
-            .map_err(|_| "source template poisoned")?
-            .clone();
-        let driver = SourceWatermarkDriver::new(strategy).aligned(&rt.alignment);
-        Ok(Box::new(move || run_source_with_watermarks(source, driver, out, rt)) as SubtaskBody)
-    })
 }
 
 /// Assigns event time in the middle of a job: forwards records unchanged and emits watermarks

@@ -11,8 +11,8 @@ use weir_core::config::CheckpointConfig;
 use weir_core::{HandleKind, ManualClock, OperatorId, StateHandle, SubtaskState};
 use weir_storage::CheckpointLayout;
 
-use crate::executor::StopHandle;
 use crate::graph::JobGraph;
+use crate::handle::StopHandle;
 
 const JOB_NAME: &str = "driver-test";
 

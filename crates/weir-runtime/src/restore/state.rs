@@ -1,8 +1,11 @@
-//! Starting a job over its checkpoint directory: refuse to overwrite by accident, discard on
-//! `--fresh`, or find the checkpoint to resume from and hand each subtask its share of it.
+//! Each subtask's share of a snapshot: keyed state of the key groups it owns, merged from
+//! every old subtask whose range overlaps them, and its round-robin share of operator list
+//! state (union state goes to every subtask). Read on a few threads at once; every file's
+//! checksum is verified.
 
 use std::collections::HashMap;
-use weir_core::{HandleKind, KeyGroupRange, OperatorId, StateHandle, SubtaskState};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use weir_core::{HandleKind, KeyGroupRange, OperatorId, StateHandle, SubtaskId, SubtaskState};
 use weir_state::{
     is_manifest, redistribute_operator_state, KeyedManifest, KeyedSnapshotReader,
     OperatorStateSnapshot,
@@ -12,115 +15,7 @@ use weir_storage::{CheckpointMetadata, CheckpointStorage, StorageError};
 use crate::error::JobError;
 use crate::graph::{JobGraph, Node};
 use crate::operator::RestoredState;
-
-/// What to do with checkpoints already in the job's checkpoint directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StartMode {
-    /// Start new; refuse if checkpoints exist (nobody loses state by accident).
-    New,
-    /// Delete existing checkpoints, then start new.
-    Fresh,
-    /// Continue from the latest intact checkpoint.
-    Resume,
-}
-
-/// The checkpoint a job starts from, if any, and the older ones still retained.
-pub struct StartPoint {
-    pub latest: Option<CheckpointMetadata>,
-    pub older: Vec<CheckpointMetadata>,
-}
-
-/// Applies the start mode to the storage.
-pub fn start_point(storage: &CheckpointStorage, mode: StartMode) -> Result<StartPoint, JobError> {
-    let none = StartPoint {
-        latest: None,
-        older: Vec::new(),
-    };
-    match mode {
-        StartMode::New => {
-            let existing = storage.list_completed()?;
-            if let Some(newest) = existing.last() {
-                return Err(JobError::Restore(format!(
-                    "{} holds {} checkpoint(s) of this job (newest: chk-{newest}); pass --resume to continue from the latest one, or --fresh to delete them and start over",
-                    storage.root(),
-                    existing.len()
-                )));
-            }
-            Ok(none)
-        }
-        StartMode::Fresh => {
-            storage.discard_all()?;
-            Ok(none)
-        }
-        StartMode::Resume => {
-            let found = storage.find_latest()?;
-            for (id, error) in &found.skipped {
-                tracing::warn!("checkpoint {id} is unusable: {error}");
-            }
-            match found.metadata {
-                Some(latest) => {
-                    if let Some((newest, _)) = found.skipped.first() {
-                        tracing::warn!(
-                            "falling back from checkpoint {newest} to the previous retained checkpoint {}",
-                            latest.checkpoint.id
-                        );
-                    }
-                    Ok(StartPoint {
-                        latest: Some(latest),
-                        older: found.older,
-                    })
-                }
-                None if found.skipped.is_empty() => {
-                    tracing::info!(dir = %storage.root(), "no completed checkpoint to resume from; starting from the beginning");
-                    Ok(none)
-                }
-                None => {
-                    let reasons: Vec<String> = found
-                        .skipped
-                        .iter()
-                        .map(|(id, e)| format!("checkpoint {id}: {e}"))
-                        .collect();
-                    Err(JobError::Restore(format!(
-                        "no usable checkpoint in {}; nothing was changed. {}",
-                        storage.root(),
-                        reasons.join("; ")
-                    )))
-                }
-            }
-        }
-    }
-}
-
-/// Checks that a checkpoint fits the job: same max parallelism, every uid with state known.
-pub fn check_compatible(graph: &JobGraph, metadata: &CheckpointMetadata) -> Result<(), JobError> {
-    if metadata.max_parallelism != graph.max_parallelism {
-        return Err(JobError::Restore(format!(
-            "checkpoint {} was taken with pipeline.max-parallelism {}, the job now has {}; changing it would move every key",
-            metadata.checkpoint.id, metadata.max_parallelism, graph.max_parallelism
-        )));
-    }
-    let unmatched: Vec<&str> = metadata
-        .operators
-        .iter()
-        .filter(|op| {
-            metadata
-                .checkpoint
-                .subtask_states
-                .iter()
-                .any(|(s, st)| s.operator == op.id && !st.handles.is_empty())
-        })
-        .filter(|op| !graph.nodes.iter().any(|n| n.uid == op.uid))
-        .map(|op| op.uid.as_str())
-        .collect();
-    if !unmatched.is_empty() {
-        return Err(JobError::Restore(format!(
-            "checkpoint {} holds state for operator uid(s) not in this job: {}",
-            metadata.checkpoint.id,
-            unmatched.join(", ")
-        )));
-    }
-    Ok(())
-}
+use crate::restore::Restore;
 
 /// Reads and assigns the state of subtask `index` of `node` (at the node's current
 /// parallelism) from `metadata`: keyed state of the key groups it now owns (see
@@ -299,4 +194,66 @@ fn read_chained_files(
         files.insert(file.path.clone(), bytes);
     }
     Ok(files)
+}
+
+/// Reads the state of every subtask of `graph` from `metadata`, in the order of the graph's
+/// nodes and their subtasks, on a few threads at once: the files of a large state are read
+/// side by side (each read waits on the disk), then each subtask decodes its own in its thread.
+/// Only the subtasks that run in this process are read. The first error in that order is
+/// returned.
+pub(crate) fn read_states(
+    graph: &JobGraph,
+    restore: Restore<'_>,
+    is_local: &dyn Fn(SubtaskId) -> bool,
+) -> Result<Vec<RestoredState>, JobError> {
+    let Restore {
+        storage,
+        metadata,
+        savepoint,
+    } = restore;
+    let subtasks: Vec<(&crate::graph::Node, u32)> = graph
+        .nodes
+        .iter()
+        .flat_map(|node| (0..node.parallelism).map(move |index| (node, index)))
+        .filter(|(node, index)| is_local(SubtaskId::new(node.id(), *index)))
+        .collect();
+    let readers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8)
+        .min(subtasks.len().max(1));
+    let next = AtomicUsize::new(0);
+    let read = |i: usize| {
+        let (node, index) = subtasks[i];
+        let key_groups = KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
+        let owned = savepoint.is_none();
+        (
+            i,
+            subtask_state(storage, metadata, node, index, key_groups, owned),
+        )
+    };
+    let mut results: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..readers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= subtasks.len() {
+                            return mine;
+                        }
+                        mine.push(read(i));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    results.sort_unstable_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }

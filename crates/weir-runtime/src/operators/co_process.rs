@@ -5,16 +5,14 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_core::{CheckpointId, Clock};
-use weir_state::{CurrentKey, IncrementalBase, Key, KeyedStateSet};
+use weir_state::{CurrentKey, Key, KeyedStateSet};
 
 use crate::channel::Either;
 use crate::error::TaskError;
 use crate::operator::{OneInputOperator, OperatorContext, OperatorSnapshot, RestoredState};
-use crate::operators::keyed::{open_state, open_timers, restored_base};
+use crate::operators::keyed_backend::KeyedSlot;
 use crate::output::Output;
-use crate::timer_service::{
-    check_reserved_names, fire_due, TimeDomain, Timer, TimerContext, TimerService,
-};
+use crate::timer_service::{Timer, TimerContext};
 
 /// A function over two connected (non-keyed) streams.
 pub trait CoProcessFunction<I1, I2, O>: Clone + Send + Sync + 'static {
@@ -125,12 +123,8 @@ pub struct KeyedCoProcessOperator<
     function: F,
     key1: K1,
     key2: K2,
-    state: Option<F::State>,
-    timers: Option<TimerService<K>>,
+    keyed: KeyedSlot<K, F::State>,
     clock: Option<Arc<dyn Clock>>,
-    /// What the last completed checkpoint holds of this subtask's keyed state.
-    base: IncrementalBase,
-    max_parallelism: u32,
     _inputs: PhantomData<fn(I1, I2)>,
     _outputs: PhantomData<fn() -> (K, O)>,
 }
@@ -145,11 +139,8 @@ where
             function: self.function.clone(),
             key1: self.key1.clone(),
             key2: self.key2.clone(),
-            state: None,
-            timers: None,
+            keyed: KeyedSlot::default(),
             clock: self.clock.clone(),
-            base: IncrementalBase::new(),
-            max_parallelism: 0,
             _inputs: PhantomData,
             _outputs: PhantomData,
         }
@@ -165,11 +156,8 @@ where
             function,
             key1,
             key2,
-            state: None,
-            timers: None,
+            keyed: KeyedSlot::default(),
             clock: None,
-            base: IncrementalBase::new(),
-            max_parallelism: 0,
             _inputs: PhantomData,
             _outputs: PhantomData,
         }
@@ -194,13 +182,8 @@ where
     K2: Fn(&I2) -> K + Send + 'static,
 {
     fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
-        self.max_parallelism = ctx.max_parallelism;
-        let state = self.function.state();
-        check_reserved_names(&state, &ctx.uid)?;
-        self.state = Some(open_state(state, ctx, &restored)?);
-        self.timers = Some(open_timers(self.clock.clone(), ctx, &restored)?);
-        self.base = restored_base(ctx, &restored);
-        Ok(())
+        self.keyed
+            .open(self.function.state(), self.clock.clone(), ctx, &restored)
     }
 
     fn process_batch(
@@ -208,21 +191,20 @@ where
         batch: Vec<Either<I1, I2>>,
         out: &mut Output<O>,
     ) -> Result<(), TaskError> {
-        let state = self.state.as_mut().expect("opened before processing");
-        let timers = self.timers.as_mut().expect("opened before processing");
+        let (backend, state) = self.keyed.opened();
         for record in batch {
             match record {
                 Either::Left(r) => {
                     let key = (self.key1)(&r);
-                    let current = CurrentKey::new(&key, self.max_parallelism);
-                    let mut ctx = TimerContext::new(&current, timers);
+                    let current = CurrentKey::new(&key, backend.max_parallelism);
+                    let mut ctx = TimerContext::new(&current, &mut backend.timers);
                     self.function
                         .process_element1(&current, r, state, &mut ctx, out)?;
                 }
                 Either::Right(r) => {
                     let key = (self.key2)(&r);
-                    let current = CurrentKey::new(&key, self.max_parallelism);
-                    let mut ctx = TimerContext::new(&current, timers);
+                    let current = CurrentKey::new(&key, backend.max_parallelism);
+                    let mut ctx = TimerContext::new(&current, &mut backend.timers);
                     self.function
                         .process_element2(&current, r, state, &mut ctx, out)?;
                 }
@@ -232,69 +214,36 @@ where
     }
 
     fn watermark(&mut self, watermark: i64, out: &mut Output<O>) -> Result<(), TaskError> {
-        let state = self.state.as_mut().expect("opened before processing");
-        let timers = self.timers.as_mut().expect("opened before processing");
-        timers.advance_watermark(watermark);
+        let (backend, state) = self.keyed.opened();
         let function = &mut self.function;
-        fire_due(
-            timers,
-            TimeDomain::EventTime,
-            watermark,
-            |timers, key, timer| {
-                let mut ctx = TimerContext::new(key, timers);
-                function.on_timer(key, timer, state, &mut ctx, out)
-            },
-        )
-    }
-
-    fn next_processing_timer(&self) -> Option<Duration> {
-        self.timers.as_ref()?.until_next_processing_timer()
-    }
-
-    fn on_processing_time(&mut self, out: &mut Output<O>) -> Result<(), TaskError> {
-        let state = self.state.as_mut().expect("opened before processing");
-        let timers = self.timers.as_mut().expect("opened before processing");
-        let now = timers.processing_time();
-        let function = &mut self.function;
-        fire_due(
-            timers,
-            TimeDomain::ProcessingTime,
-            now,
-            |timers, key, timer| {
-                let mut ctx = TimerContext::new(key, timers);
-                function.on_timer(key, timer, state, &mut ctx, out)
-            },
-        )
-    }
-
-    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
-        let mut keyed = Vec::new();
-        if let Some(state) = self.state.as_mut() {
-            state.snapshot(&mut keyed);
-        }
-        if let Some(timers) = self.timers.as_mut() {
-            timers.snapshot(&mut keyed);
-        }
-        let plan = self.base.plan(checkpoint.0, &keyed);
-        Ok(OperatorSnapshot {
-            keyed,
-            operator: None,
-            incremental: Some(plan),
+        backend.advance_watermark(watermark, |key, timer, ctx| {
+            function.on_timer(key, timer, state, ctx, out)
         })
     }
 
+    fn next_processing_timer(&self) -> Option<Duration> {
+        self.keyed.next_processing_timer()
+    }
+
+    fn on_processing_time(&mut self, out: &mut Output<O>) -> Result<(), TaskError> {
+        let (backend, state) = self.keyed.opened();
+        let function = &mut self.function;
+        backend.fire_processing_timers(|key, timer, ctx| {
+            function.on_timer(key, timer, state, ctx, out)
+        })
+    }
+
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
+        Ok(self.keyed.snapshot(checkpoint))
+    }
+
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        crate::operators::keyed::complete(
-            &self.base,
-            checkpoint,
-            self.state.as_mut(),
-            self.timers.as_mut(),
-        );
+        self.keyed.complete(checkpoint);
         Ok(())
     }
 
     fn notify_aborted(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        self.base.abort(checkpoint.0);
+        self.keyed.abort(checkpoint);
         Ok(())
     }
 }

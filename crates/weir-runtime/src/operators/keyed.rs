@@ -5,15 +5,14 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_core::{CheckpointId, Clock, SystemClock};
-use weir_state::{CurrentKey, IncrementalBase, Key, KeyedStateSet};
+use weir_core::{CheckpointId, Clock};
+use weir_state::{CurrentKey, Key, KeyedStateSet};
 
 use crate::error::TaskError;
 use crate::operator::{OneInputOperator, OperatorContext, OperatorSnapshot, RestoredState};
+use crate::operators::keyed_backend::KeyedSlot;
 use crate::output::Output;
-use crate::timer_service::{
-    check_reserved_names, fire_due, TimeDomain, Timer, TimerContext, TimerService,
-};
+use crate::timer_service::{Timer, TimerContext};
 
 /// A function over a keyed stream with keyed state and timers.
 ///
@@ -106,13 +105,9 @@ pub trait KeyedProcessFunction<K: Key, I, O>: Clone + Send + Sync + 'static {
 pub struct KeyedProcessOperator<K: Key, I, O, F: KeyedProcessFunction<K, I, O>, KF> {
     function: F,
     key: KF,
-    state: Option<F::State>,
-    timers: Option<TimerService<K>>,
+    keyed: KeyedSlot<K, F::State>,
     /// Where processing time comes from (the system clock unless a test says otherwise).
     clock: Option<Arc<dyn Clock>>,
-    /// What the last completed checkpoint holds of this subtask's keyed state.
-    base: IncrementalBase,
-    max_parallelism: u32,
     _types: PhantomData<fn(I) -> (K, O)>,
 }
 
@@ -123,11 +118,8 @@ impl<K: Key, I, O, F: KeyedProcessFunction<K, I, O>, KF: Clone> Clone
         KeyedProcessOperator {
             function: self.function.clone(),
             key: self.key.clone(),
-            state: None,
-            timers: None,
+            keyed: KeyedSlot::default(),
             clock: self.clock.clone(),
-            base: IncrementalBase::new(),
-            max_parallelism: self.max_parallelism,
             _types: PhantomData,
         }
     }
@@ -138,11 +130,8 @@ impl<K: Key, I, O, F: KeyedProcessFunction<K, I, O>, KF> KeyedProcessOperator<K,
         KeyedProcessOperator {
             function,
             key,
-            state: None,
-            timers: None,
+            keyed: KeyedSlot::default(),
             clock: None,
-            base: IncrementalBase::new(),
-            max_parallelism: 0,
             _types: PhantomData,
         }
     }
@@ -151,71 +140,6 @@ impl<K: Key, I, O, F: KeyedProcessFunction<K, I, O>, KF> KeyedProcessOperator<K,
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
-    }
-}
-
-/// Checkpoint `checkpoint` completed: it may become the incremental base, and the tables of
-/// `state` and the timers forget the removals no later delta needs.
-pub(crate) fn complete<K: Key, SK: Key, S: KeyedStateSet<SK>>(
-    base: &IncrementalBase,
-    checkpoint: CheckpointId,
-    state: Option<&mut S>,
-    timers: Option<&mut TimerService<K>>,
-) {
-    base.complete(checkpoint.0);
-    let confirmed_epoch = |table: &str| base.confirmed_epoch(table);
-    if let Some(state) = state {
-        state.forget_removals(&confirmed_epoch);
-    }
-    if let Some(timers) = timers {
-        timers.forget_removals(&confirmed_epoch);
-    }
-}
-
-/// Creates the timer service of a keyed operator subtask and loads its restored timers.
-pub(crate) fn open_timers<K: Key>(
-    clock: Option<Arc<dyn Clock>>,
-    ctx: &OperatorContext,
-    restored: &RestoredState,
-) -> Result<TimerService<K>, TaskError> {
-    let clock = clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
-    let mut timers = TimerService::new(clock);
-    timers.init(ctx.max_parallelism, ctx.key_groups);
-    if let Some(reader) = &restored.keyed {
-        timers.restore(reader)?;
-    }
-    Ok(timers)
-}
-
-/// Creates a function's state tables for this subtask and loads restored state into them.
-pub(crate) fn open_state<K: Key, S: KeyedStateSet<K>>(
-    mut state: S,
-    ctx: &OperatorContext,
-    restored: &RestoredState,
-) -> Result<S, TaskError> {
-    let mut names = Vec::new();
-    state.names(&mut names);
-    let mut sorted = names.clone();
-    sorted.sort();
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(TaskError::user(format!(
-            "operator '{}' declares keyed state '{}' twice",
-            ctx.uid, w[0]
-        )));
-    }
-    state.init(ctx.max_parallelism, ctx.key_groups);
-    if let Some(reader) = &restored.keyed {
-        state.restore(reader)?;
-    }
-    Ok(state)
-}
-
-/// The incremental base of a restored subtask: the chains of the checkpoint it restored from
-/// (empty on a fresh start, or after a restore from a full checkpoint).
-pub(crate) fn restored_base(ctx: &OperatorContext, restored: &RestoredState) -> IncrementalBase {
-    match &restored.keyed {
-        Some(reader) => IncrementalBase::restored(reader, ctx.key_groups),
-        None => IncrementalBase::new(),
     }
 }
 
@@ -228,22 +152,16 @@ where
     KF: Fn(&I) -> K + Send + 'static,
 {
     fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
-        self.max_parallelism = ctx.max_parallelism;
-        let state = self.function.state();
-        check_reserved_names(&state, &ctx.uid)?;
-        self.state = Some(open_state(state, ctx, &restored)?);
-        self.timers = Some(open_timers(self.clock.clone(), ctx, &restored)?);
-        self.base = restored_base(ctx, &restored);
-        Ok(())
+        self.keyed
+            .open(self.function.state(), self.clock.clone(), ctx, &restored)
     }
 
     fn process_batch(&mut self, batch: Vec<I>, out: &mut Output<O>) -> Result<(), TaskError> {
-        let state = self.state.as_mut().expect("opened before processing");
-        let timers = self.timers.as_mut().expect("opened before processing");
+        let (backend, state) = self.keyed.opened();
         for record in batch {
             let key = (self.key)(&record);
-            let current = CurrentKey::new(&key, self.max_parallelism);
-            let mut ctx = TimerContext::new(&current, timers);
+            let current = CurrentKey::new(&key, backend.max_parallelism);
+            let mut ctx = TimerContext::new(&current, &mut backend.timers);
             self.function
                 .process_element(&current, record, state, &mut ctx, out)?;
         }
@@ -251,69 +169,36 @@ where
     }
 
     fn watermark(&mut self, watermark: i64, out: &mut Output<O>) -> Result<(), TaskError> {
-        let state = self.state.as_mut().expect("opened before processing");
-        let timers = self.timers.as_mut().expect("opened before processing");
-        timers.advance_watermark(watermark);
+        let (backend, state) = self.keyed.opened();
         let function = &mut self.function;
-        fire_due(
-            timers,
-            TimeDomain::EventTime,
-            watermark,
-            |timers, key, timer| {
-                let mut ctx = TimerContext::new(key, timers);
-                function.on_timer(key, timer, state, &mut ctx, out)
-            },
-        )
-    }
-
-    fn next_processing_timer(&self) -> Option<Duration> {
-        self.timers.as_ref()?.until_next_processing_timer()
-    }
-
-    fn on_processing_time(&mut self, out: &mut Output<O>) -> Result<(), TaskError> {
-        let state = self.state.as_mut().expect("opened before processing");
-        let timers = self.timers.as_mut().expect("opened before processing");
-        let now = timers.processing_time();
-        let function = &mut self.function;
-        fire_due(
-            timers,
-            TimeDomain::ProcessingTime,
-            now,
-            |timers, key, timer| {
-                let mut ctx = TimerContext::new(key, timers);
-                function.on_timer(key, timer, state, &mut ctx, out)
-            },
-        )
-    }
-
-    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
-        let mut keyed = Vec::new();
-        if let Some(state) = self.state.as_mut() {
-            state.snapshot(&mut keyed);
-        }
-        if let Some(timers) = self.timers.as_mut() {
-            timers.snapshot(&mut keyed);
-        }
-        let plan = self.base.plan(checkpoint.0, &keyed);
-        Ok(OperatorSnapshot {
-            keyed,
-            operator: None,
-            incremental: Some(plan),
+        backend.advance_watermark(watermark, |key, timer, ctx| {
+            function.on_timer(key, timer, state, ctx, out)
         })
     }
 
+    fn next_processing_timer(&self) -> Option<Duration> {
+        self.keyed.next_processing_timer()
+    }
+
+    fn on_processing_time(&mut self, out: &mut Output<O>) -> Result<(), TaskError> {
+        let (backend, state) = self.keyed.opened();
+        let function = &mut self.function;
+        backend.fire_processing_timers(|key, timer, ctx| {
+            function.on_timer(key, timer, state, ctx, out)
+        })
+    }
+
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
+        Ok(self.keyed.snapshot(checkpoint))
+    }
+
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        complete(
-            &self.base,
-            checkpoint,
-            self.state.as_mut(),
-            self.timers.as_mut(),
-        );
+        self.keyed.complete(checkpoint);
         Ok(())
     }
 
     fn notify_aborted(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        self.base.abort(checkpoint.0);
+        self.keyed.abort(checkpoint);
         Ok(())
     }
 }

@@ -1,15 +1,29 @@
-//! The keyed-state plumbing every keyed operator of the runtime shares: opening its state
-//! tables and timers (restored or fresh), taking the synchronous snapshot with its incremental
-//! plan, and following checkpoint completion.
+//! The keyed-state plumbing every keyed operator of the runtime shares — keyed process and
+//! co-process functions, windows and joins: opening its state tables and timers (restored or
+//! fresh), firing due timers, taking the synchronous snapshot with its incremental plan, and
+//! following checkpoint completion.
 
 use std::sync::Arc;
-use weir_core::{CheckpointId, Clock};
-use weir_state::{IncrementalBase, Key, KeyedStateSet};
+use std::time::Duration;
+use weir_core::{CheckpointId, Clock, SystemClock};
+use weir_state::{CurrentKey, IncrementalBase, Key, KeyedStateSet};
 
 use crate::error::TaskError;
 use crate::operator::{OperatorContext, OperatorSnapshot, RestoredState};
-use crate::operators::keyed::{complete, open_state, open_timers, restored_base};
-use crate::timer_service::{check_reserved_names, TimerService};
+use crate::timer_service::{
+    check_reserved_names, fire_due, TimeDomain, Timer, TimerContext, TimerService,
+};
+
+/// What a due timer is handed to: its key, the timer, and a context to register more.
+pub trait OnTimer<K: Key>:
+    FnMut(&CurrentKey<'_, K>, Timer, &mut TimerContext<'_, K>) -> Result<(), TaskError>
+{
+}
+
+impl<K: Key, F> OnTimer<K> for F where
+    F: FnMut(&CurrentKey<'_, K>, Timer, &mut TimerContext<'_, K>) -> Result<(), TaskError>
+{
+}
 
 /// The timers and incremental-checkpoint base of one keyed operator subtask, next to the
 /// operator's own state tables.
@@ -67,5 +81,163 @@ impl<K: Key> KeyedBackend<K> {
 
     pub fn abort(&mut self, checkpoint: CheckpointId) {
         self.base.abort(checkpoint.0);
+    }
+
+    /// Event time reached `watermark`: every event-time timer due fires, in time order.
+    pub fn advance_watermark(
+        &mut self,
+        watermark: i64,
+        on_timer: impl OnTimer<K>,
+    ) -> Result<(), TaskError> {
+        self.timers.advance_watermark(watermark);
+        self.fire(TimeDomain::EventTime, watermark, on_timer)
+    }
+
+    /// Every processing-time timer due by now fires, in time order.
+    pub fn fire_processing_timers(&mut self, on_timer: impl OnTimer<K>) -> Result<(), TaskError> {
+        let now = self.timers.processing_time();
+        self.fire(TimeDomain::ProcessingTime, now, on_timer)
+    }
+
+    fn fire(
+        &mut self,
+        domain: TimeDomain,
+        limit: i64,
+        mut on_timer: impl OnTimer<K>,
+    ) -> Result<(), TaskError> {
+        fire_due(&mut self.timers, domain, limit, |timers, key, timer| {
+            let mut ctx = TimerContext::new(key, timers);
+            on_timer(key, timer, &mut ctx)
+        })
+    }
+}
+
+/// A keyed operator's backend and state tables, once the operator is open.
+pub struct KeyedSlot<K, S>(Option<(KeyedBackend<K>, S)>);
+
+impl<K, S> Default for KeyedSlot<K, S> {
+    fn default() -> Self {
+        KeyedSlot(None)
+    }
+}
+
+impl<K: Key, S> KeyedSlot<K, S> {
+    /// Opens the backend and `state` (restored from `restored`).
+    pub fn open<SK: Key>(
+        &mut self,
+        state: S,
+        clock: Option<Arc<dyn Clock>>,
+        ctx: &OperatorContext,
+        restored: &RestoredState,
+    ) -> Result<(), TaskError>
+    where
+        S: KeyedStateSet<SK>,
+    {
+        self.0 = Some(KeyedBackend::open(state, clock, ctx, restored)?);
+        Ok(())
+    }
+
+    /// The backend and the state tables.
+    ///
+    /// # Panics
+    /// Before [`open`](Self::open): the task loop opens every operator before it hands it
+    /// anything.
+    pub fn opened(&mut self) -> (&mut KeyedBackend<K>, &mut S) {
+        let (backend, state) = self.0.as_mut().expect("opened before processing");
+        (backend, state)
+    }
+
+    pub fn next_processing_timer(&self) -> Option<Duration> {
+        self.0.as_ref()?.0.timers.until_next_processing_timer()
+    }
+
+    pub fn snapshot<SK: Key>(&mut self, checkpoint: CheckpointId) -> OperatorSnapshot
+    where
+        S: KeyedStateSet<SK>,
+    {
+        match self.0.as_mut() {
+            Some((backend, state)) => backend.snapshot(checkpoint, state),
+            None => OperatorSnapshot::default(),
+        }
+    }
+
+    pub fn complete<SK: Key>(&mut self, checkpoint: CheckpointId)
+    where
+        S: KeyedStateSet<SK>,
+    {
+        if let Some((backend, state)) = self.0.as_mut() {
+            backend.complete(checkpoint, state);
+        }
+    }
+
+    pub fn abort(&mut self, checkpoint: CheckpointId) {
+        if let Some((backend, _)) = self.0.as_mut() {
+            backend.abort(checkpoint);
+        }
+    }
+}
+
+/// Checkpoint `checkpoint` completed: it may become the incremental base, and the tables of
+/// `state` and the timers forget the removals no later delta needs.
+fn complete<K: Key, SK: Key, S: KeyedStateSet<SK>>(
+    base: &IncrementalBase,
+    checkpoint: CheckpointId,
+    state: Option<&mut S>,
+    timers: Option<&mut TimerService<K>>,
+) {
+    base.complete(checkpoint.0);
+    let confirmed_epoch = |table: &str| base.confirmed_epoch(table);
+    if let Some(state) = state {
+        state.forget_removals(&confirmed_epoch);
+    }
+    if let Some(timers) = timers {
+        timers.forget_removals(&confirmed_epoch);
+    }
+}
+
+/// Creates the timer service of a keyed operator subtask and loads its restored timers.
+fn open_timers<K: Key>(
+    clock: Option<Arc<dyn Clock>>,
+    ctx: &OperatorContext,
+    restored: &RestoredState,
+) -> Result<TimerService<K>, TaskError> {
+    let clock = clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+    let mut timers = TimerService::new(clock);
+    timers.init(ctx.max_parallelism, ctx.key_groups);
+    if let Some(reader) = &restored.keyed {
+        timers.restore(reader)?;
+    }
+    Ok(timers)
+}
+
+/// Creates a function's state tables for this subtask and loads restored state into them.
+fn open_state<K: Key, S: KeyedStateSet<K>>(
+    mut state: S,
+    ctx: &OperatorContext,
+    restored: &RestoredState,
+) -> Result<S, TaskError> {
+    let mut names = Vec::new();
+    state.names(&mut names);
+    let mut sorted = names.clone();
+    sorted.sort();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(TaskError::user(format!(
+            "operator '{}' declares keyed state '{}' twice",
+            ctx.uid, w[0]
+        )));
+    }
+    state.init(ctx.max_parallelism, ctx.key_groups);
+    if let Some(reader) = &restored.keyed {
+        state.restore(reader)?;
+    }
+    Ok(state)
+}
+
+/// The incremental base of a restored subtask: the chains of the checkpoint it restored from
+/// (empty on a fresh start, or after a restore from a full checkpoint).
+fn restored_base(ctx: &OperatorContext, restored: &RestoredState) -> IncrementalBase {
+    match &restored.keyed {
+        Some(reader) => IncrementalBase::restored(reader, ctx.key_groups),
+        None => IncrementalBase::new(),
     }
 }

@@ -12,8 +12,8 @@ use weir_connectors::nexmark::queries::{
 use weir_connectors::nexmark::{
     Auction, Bid, Event, NexmarkConfig, NexmarkGenerator, NexmarkSource, Person,
 };
-use weir_runtime::injection::FailureInjection;
 use weir_runtime::restart::RestartStrategy;
+use weir_runtime::FailureInjection;
 use weir_runtime::{execute, ExecutionConfig, StartMode, StopHandle};
 
 const EVENTS: u64 = 300_000;

@@ -257,11 +257,6 @@ impl<T> InputGate<T> {
         }
     }
 
-    /// The subtask's current watermark.
-    pub fn watermark(&self) -> i64 {
-        self.valve.watermark()
-    }
-
     /// Turns a valve output into at most one event now, keeping a second one for the next call.
     fn valve_event(&mut self, out: ValveOutput) -> Option<GateEvent<T>> {
         match (out.status, out.watermark) {
@@ -508,7 +503,7 @@ mod tests {
         // Channel 0 is blocked at its barrier: its watermark 50 is not read, so channel 1's
         // 60 cannot move the subtask's watermark.
         assert!(matches!(gate.next(deadline).unwrap(), GateEvent::Timeout));
-        assert_eq!(gate.watermark(), 5);
+        assert_eq!(gate.valve.watermark(), 5);
         tx1.send(barrier(1)).unwrap();
         assert!(matches!(
             gate.next(None).unwrap(),

@@ -134,7 +134,7 @@ impl<G> WatermarkStrategy<G> {
 
     /// Align this source's subtasks with every other source of alignment group `group`: a
     /// subtask whose watermark is more than `max_drift` ahead of the group's slowest member
-    /// pauses reading until it is not (see [`crate::alignment`]). This bounds the state that
+    /// pauses reading until it is not (see the runtime's `alignment` module). This bounds the state that
     /// windows and joins downstream hold for a fast input while a slow one catches up.
     pub fn with_watermark_alignment(mut self, group: &str, max_drift: Duration) -> Self {
         self.alignment = Some((group.to_string(), max_drift));

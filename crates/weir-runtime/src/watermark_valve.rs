@@ -62,11 +62,13 @@ impl WatermarkValve {
     }
 
     /// The subtask's current watermark.
+    #[cfg(test)]
     pub fn watermark(&self) -> i64 {
         self.output
     }
 
     /// Whether every live input is idle.
+    #[cfg(test)]
     pub fn is_idle(&self) -> bool {
         self.output_idle
     }

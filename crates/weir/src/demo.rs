@@ -7,8 +7,8 @@ use weir_api::prelude::*;
 use weir_connectors::{Event, EventGenerator, FileSink};
 use weir_core::config::{CheckpointConfig, Config};
 use weir_runtime::graph::JobGraph;
-use weir_runtime::injection::FailureInjection;
 use weir_runtime::restart::RestartStrategy;
+use weir_runtime::FailureInjection;
 use weir_runtime::{execute_job, ExecutionConfig, JobError, JobHandle, StartMode, StopHandle};
 
 use crate::cli::DemoArgs;

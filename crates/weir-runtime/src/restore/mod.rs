@@ -1,11 +1,11 @@
 //! Where a job starts from, and whether that fits the job.
 //!
-//! Every start is a restore like any other. Before the first attempt, [`plan`] decides the
+//! Every start is a restore like any other. Before the first attempt, `plan` decides the
 //! start point once: the checkpoint ZooKeeper recorded (a new leader of a running job), the
 //! job's own latest checkpoint (`--resume`), a savepoint or another run's retained checkpoint
 //! (`--from-savepoint`), or nothing; it refuses a snapshot that does not fit the job, and keeps
 //! claim mode's promise (see `weir_storage::claim`). Each attempt then hands every subtask its
-//! share of that state ([`state`]).
+//! share of that state (`state`).
 //!
 //! A snapshot the job does not own is read but never referenced: the keyed state read from it
 //! is detached from its shared files, so the job's first checkpoint is written in full.

@@ -216,6 +216,16 @@ impl Run {
     /// Checks the committed output against the input: every count (wordcount) or window
     /// (spend-windows) exactly once.
     pub fn assert_output_exactly_once(&self) {
+        // Every in-progress or pending file of a killed run was committed or removed.
+        let leftovers: Vec<String> = std::fs::read_dir(self.path("output"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with('.'))
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "uncommitted files left in the output directory: {leftovers:?}"
+        );
         match self.case.job {
             Job::Wordcount => {
                 assert_exactly_once(self.input.as_ref().unwrap(), &self.path("output"))

@@ -147,7 +147,8 @@ impl FileSource {
         }
     }
 
-    /// The names of this subtask's files, sorted.
+    /// The names of the input's files, sorted: every visible file of a directory, or the one
+    /// file (for subtask 0).
     fn list_files(&self) -> Result<Vec<String>, TaskError> {
         let unreadable = |e: std::io::Error| {
             TaskError::BadInput(format!("cannot read input {}: {e}", self.path.display()))
@@ -171,19 +172,30 @@ impl FileSource {
             .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
             .filter_map(|e| e.file_name().into_string().ok())
             .filter(|n| !n.starts_with('.'))
-            .filter(|n| owner(n, self.parallelism) == self.index)
             .collect();
         names.sort();
         Ok(names)
     }
 
-    /// Adds splits for files that appeared since the last look; true if any did.
+    /// Adds splits for this subtask's files that appeared since the last look; true if any
+    /// did. Files read to their end and since removed from the directory leave the state, so
+    /// it stays proportional to the directory's content, not to everything ever read.
     fn discover(&mut self) -> Result<bool, TaskError> {
+        debug_assert!(self.current.is_none(), "splits move only between files");
         self.last_discovery = Some(Instant::now());
+        let present = self.list_files()?;
+        let dir = self.is_dir();
+        if dir {
+            let listed: HashSet<&str> = present.iter().map(String::as_str).collect();
+            self.splits
+                .retain(|s| !s.done || listed.contains(s.name.as_str()));
+            self.held_elsewhere
+                .retain(|name| listed.contains(name.as_str()));
+        }
         let known: HashSet<&str> = self.splits.iter().map(|s| s.name.as_str()).collect();
-        let new: Vec<String> = self
-            .list_files()?
+        let new: Vec<String> = present
             .into_iter()
+            .filter(|name| !dir || owner(name, self.parallelism) == self.index)
             .filter(|name| !self.held_elsewhere.contains(name) && !known.contains(name.as_str()))
             .collect();
         let found = !new.is_empty();
@@ -440,6 +452,30 @@ mod tests {
         batch.clear();
         assert_eq!(slow.poll_batch(&mut batch, 10).unwrap(), SourceStatus::Idle);
         assert!(batch.is_empty());
+    }
+
+    #[test]
+    fn files_read_and_then_removed_leave_the_state() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in 0..5 {
+            std::fs::write(dir.path().join(format!("f{f}")), "x\n").unwrap();
+        }
+        let mut s = FileSource::new(dir.path()).monitor_continuously(Duration::ZERO);
+        s.open(&ctx(), None).unwrap();
+        let mut batch = Vec::new();
+        while s.poll_batch(&mut batch, 10).unwrap() != SourceStatus::Idle {}
+        assert_eq!(batch.len(), 5);
+        assert_eq!(s.snapshot_position().unwrap().len(), 5);
+        for f in 0..4 {
+            std::fs::remove_file(dir.path().join(format!("f{f}"))).unwrap();
+        }
+        assert_eq!(s.poll_batch(&mut batch, 10).unwrap(), SourceStatus::Idle);
+        let position = s.snapshot_position().unwrap();
+        assert_eq!(position.len(), 1, "only f4 is still in the directory");
+        // A restored source still knows f4 is done.
+        let mut restored = FileSource::new(dir.path());
+        restored.open(&ctx(), Some(position)).unwrap();
+        assert_eq!(drain(&mut restored, 10).unwrap(), Vec::<String>::new());
     }
 
     #[test]

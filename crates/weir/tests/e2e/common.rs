@@ -143,9 +143,13 @@ pub fn committed_counts(output: &Path) -> BTreeMap<String, Vec<u64>> {
 
 /// Exactly once: for every word, the committed counts are 1..=n, each once.
 pub fn assert_exactly_once(input: &Path, output: &Path) {
-    let totals = word_totals(input);
+    assert_counts_exactly_once(&word_totals(input), output);
+}
+
+/// Exactly once against known totals: for every word, the committed counts are 1..=n.
+pub fn assert_counts_exactly_once(totals: &BTreeMap<String, u64>, output: &Path) {
     let mut counts = committed_counts(output);
-    for (word, n) in &totals {
+    for (word, n) in totals {
         let got = counts.remove(word).unwrap_or_default();
         let want: Vec<u64> = (1..=*n).collect();
         if got != want {

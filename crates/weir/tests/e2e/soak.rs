@@ -1,6 +1,7 @@
-//! Soak: wordcount over a directory that keeps growing, with a subtask failure injected about
-//! every 10 s and the whole process killed with SIGKILL (and resumed) every few minutes, for
-//! `WEIR_SOAK_MINUTES` (30 by default). Not part of the normal test run:
+//! Soak: wordcount over a directory that new files keep arriving in (two a second; files older
+//! than three minutes are removed, as a retention policy would), with a subtask failure
+//! injected about every 10 s and the whole process killed with SIGKILL (and resumed) every few
+//! minutes, for `WEIR_SOAK_MINUTES` (30 by default). Not part of the normal test run:
 //!
 //! ```text
 //! cargo test --release -p weir --test e2e soak -- --ignored --nocapture
@@ -19,12 +20,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use super::common::{assert_exactly_once, random_below, run_in, text, weir};
+use std::collections::BTreeMap;
+
+use super::common::{assert_counts_exactly_once, random_below, run_in, text, weir};
 
 /// Lines per input file, six words each from a vocabulary of 200.
 const LINES_PER_FILE: usize = 1_000;
 /// How often a new input file appears: 12,000 words a second, 21.6 M in 30 minutes.
 const FILE_EVERY: Duration = Duration::from_millis(500);
+/// Input files kept in the directory: three minutes' worth.
+const FILES_KEPT: u64 = 360;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Sample {
@@ -102,8 +107,14 @@ fn start(dir: &Path, resume: bool, run: u32) -> Job {
     Job { child, rest }
 }
 
-/// Writes input files whole (hidden name, then rename) until `stop` is set.
-fn write_input(input: PathBuf, stop: Arc<AtomicBool>, files: Arc<AtomicU64>) {
+/// Writes input files whole (hidden name, then rename) until `stop` is set, removing those
+/// older than [`FILES_KEPT`]; returns how often each word was written.
+fn write_input(
+    input: PathBuf,
+    stop: Arc<AtomicBool>,
+    files: Arc<AtomicU64>,
+) -> BTreeMap<String, u64> {
+    let mut totals = BTreeMap::new();
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     while !stop.load(Ordering::Relaxed) {
         let n = files.load(Ordering::Relaxed);
@@ -116,16 +127,22 @@ fn write_input(input: PathBuf, stop: Arc<AtomicBool>, files: Arc<AtomicU64>) {
                 if w > 0 {
                     text.push(' ');
                 }
-                text.push_str(&format!("w{}", x % 200));
+                let word = format!("w{}", x % 200);
+                text.push_str(&word);
+                *totals.entry(word).or_insert(0) += 1;
             }
             text.push('\n');
         }
         let hidden = input.join(format!(".part-{n:06}.txt"));
         std::fs::write(&hidden, text).unwrap();
         std::fs::rename(&hidden, input.join(format!("part-{n:06}.txt"))).unwrap();
+        if let Some(old) = n.checked_sub(FILES_KEPT) {
+            std::fs::remove_file(input.join(format!("part-{old:06}.txt"))).unwrap();
+        }
         files.fetch_add(1, Ordering::Relaxed);
         std::thread::sleep(FILE_EVERY);
     }
+    totals
 }
 
 fn sample(pid: u32, ckpt: &Path) -> Sample {
@@ -239,7 +256,7 @@ fn wordcount_over_a_growing_directory_with_a_failure_every_ten_seconds_stays_fla
         }
     }
     stop_writer.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    let totals = writer.join().unwrap();
 
     // The report the soak is for: at 5, 15 and 30 minutes (scaled to the run's length).
     for at in [length / 6, length / 2, length] {
@@ -338,7 +355,7 @@ fn wordcount_over_a_growing_directory_with_a_failure_every_ten_seconds_stays_fla
         "the run from the savepoint failed: {}",
         text(&rest.stderr)
     );
-    assert_exactly_once(&input, &dir.path().join("output"));
+    assert_counts_exactly_once(&totals, &dir.path().join("output"));
     println!(
         "soak: {} min, {} input files ({} words), {kills} kills: exactly once",
         minutes,

@@ -19,7 +19,8 @@
 //! only come from one of those snapshots, so a referenced file is never deleted while a snapshot
 //! that uses it may still complete, however late notifications arrive.
 
-use crate::frozen_table::{FrozenTable, TableKind};
+use crate::entry_codec::TableKind;
+use crate::frozen_table::FrozenTable;
 use crate::key_group::KeyGroupRange;
 use crate::keyed_table::TOMBSTONE_EPOCHS;
 use crate::snapshot_reader::KeyedSnapshotReader;

@@ -22,8 +22,9 @@
 //! ```
 
 use crate::encode_buffer::EncodeBuffer;
+use crate::entry_codec::TableKind;
 use crate::error::StateError;
-use crate::frozen_table::{FrozenTable, TableKind};
+use crate::frozen_table::FrozenTable;
 use crate::incremental::{Chain, ChainBlob, GroupPlan, KeyedSnapshotPlan, SharedStateFile};
 use crate::snapshot_reader::{Blob, KeyedSnapshotReader, TableIndex};
 use serde::{Deserialize, Serialize};

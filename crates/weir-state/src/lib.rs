@@ -84,8 +84,9 @@ mod value_state;
 
 pub use encode_buffer::EncodeBuffer;
 pub use entry_codec::append as append_postcard;
+pub use entry_codec::TableKind;
 pub use error::StateError;
-pub use frozen_table::{FrozenTable, TableKind};
+pub use frozen_table::FrozenTable;
 pub use incremental::{
     Chain, ChainBlob, GroupPlan, IncrementalBase, KeyedSnapshotPlan, SharedStateFile, TablePlan,
 };

@@ -63,6 +63,7 @@
 //! # Ok::<(), StateError>(())
 //! ```
 
+mod chain;
 mod encode_buffer;
 mod entry_codec;
 mod entry_table;
@@ -82,14 +83,14 @@ mod snapshot_reader;
 mod state_set;
 mod value_state;
 
+pub use chain::{Chain, ChainBlob, SharedStateFile};
 pub use encode_buffer::EncodeBuffer;
 pub use entry_codec::append as append_postcard;
 pub use entry_codec::TableKind;
 pub use error::StateError;
 pub use frozen_table::FrozenTable;
-pub use incremental::{
-    Chain, ChainBlob, GroupPlan, IncrementalBase, KeyedSnapshotPlan, SharedStateFile, TablePlan,
-};
+pub use group::TOMBSTONE_EPOCHS;
+pub use incremental::{GroupPlan, IncrementalBase, KeyedSnapshotPlan, TablePlan};
 pub use incremental_format::{
     encode_incremental, encode_incremental_releasing, is_manifest, IncrementalEncoding,
     KeyedManifest,
@@ -99,7 +100,6 @@ pub use key_group::{
     combine_stable_hashes, key_group_for_hash, key_group_of, subtask_for_key_group, KeyGroupRange,
     StableHash, DEFAULT_MAX_PARALLELISM,
 };
-pub use keyed_table::TOMBSTONE_EPOCHS;
 pub use list_state::ListState;
 pub use map_state::MapState;
 pub use operator_state::{redistribute_operator_state, OperatorStateSnapshot};

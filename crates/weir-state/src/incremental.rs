@@ -23,10 +23,10 @@ use crate::chain::Chain;
 use crate::entry_codec::TableKind;
 use crate::frozen_table::FrozenTable;
 use crate::group::TOMBSTONE_EPOCHS;
-use crate::key_group::KeyGroupRange;
 use crate::snapshot_reader::KeyedSnapshotReader;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+use weir_core::KeyGroupRange;
 
 /// What the next checkpoint does with one key group of one table.
 #[derive(Clone, Debug)]

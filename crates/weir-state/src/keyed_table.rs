@@ -27,17 +27,17 @@ use crate::entry_table::{EntryTable, Found};
 use crate::error::StateError;
 use crate::group::{Base, Group};
 use crate::key::{CurrentKey, Key};
-use crate::key_group::key_group_of;
 use crate::snapshot_reader::KeyedSnapshotReader;
+use crate::stable_hash::key_group_of;
 use hashbrown::hash_map::RawEntryMut;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
 
-mod frozen;
+mod frozen_key_groups;
 mod slot;
 
-pub(crate) use frozen::FrozenKeyGroups;
+pub(crate) use frozen_key_groups::FrozenKeyGroups;
 use slot::{Change, Slot};
 
 /// The per-key-group entries of one keyed state table, with copy-on-write snapshots.

@@ -73,13 +73,13 @@ mod group;
 pub mod incremental;
 pub mod incremental_format;
 mod key;
-pub mod key_group;
 mod keyed_table;
 mod list_state;
 mod map_state;
 pub mod operator_state;
 pub mod snapshot_format;
 mod snapshot_reader;
+pub mod stable_hash;
 mod state_set;
 mod value_state;
 
@@ -96,14 +96,14 @@ pub use incremental_format::{
     KeyedManifest,
 };
 pub use key::{CurrentKey, Key, Value};
-pub use key_group::{
-    combine_stable_hashes, key_group_for_hash, key_group_of, subtask_for_key_group, KeyGroupRange,
-    StableHash, DEFAULT_MAX_PARALLELISM,
-};
 pub use list_state::ListState;
 pub use map_state::MapState;
 pub use operator_state::{redistribute_operator_state, OperatorStateSnapshot};
 pub use snapshot_format::encode_keyed_snapshot;
 pub use snapshot_reader::{KeyGroupBlob, KeyedSnapshotReader};
+pub use stable_hash::{
+    combine_stable_hashes, key_group_for_hash, key_group_of, StableHash, DEFAULT_MAX_PARALLELISM,
+};
 pub use state_set::KeyedStateSet;
 pub use value_state::ValueState;
+pub use weir_core::key_group::{subtask_for_key_group, KeyGroupRange};

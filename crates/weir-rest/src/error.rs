@@ -82,7 +82,7 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static(crate::routes::JSON_CONTENT_TYPE),
+            HeaderValue::from_static(crate::schema::JSON_CONTENT_TYPE),
         );
         if let Some(allow) = self.allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
             headers.insert(header::ALLOW, allow);

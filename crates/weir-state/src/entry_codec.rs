@@ -1,17 +1,39 @@
-//! How one key's entry of each kind of keyed state is written to and read from snapshot bytes.
+//! The kinds of keyed state table ([`TableKind`]) and how one key's entry of each kind is
+//! written to and read from snapshot bytes.
 //!
 //! Every value goes through `postcard` (compact varint encoding, no field names). A key group's
 //! bytes are `count` then `count` times `key, entry`, where an entry is a value (value state), a
 //! length-prefixed sequence of values (list state) or of `(user key, user value)` pairs (map
 //! state). Readers never trust a length: collections grow as elements actually decode.
 
-use crate::frozen_table::TableKind;
 use hashbrown::HashMap;
 use postcard::ser_flavors::Flavor;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
+
+/// The kind of a keyed state table; a table must be restored as the kind it was written as.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum TableKind {
+    /// [`ValueState`](crate::ValueState): one value per key.
+    Value,
+    /// [`MapState`](crate::MapState): a map per key.
+    Map,
+    /// [`ListState`](crate::ListState): a list per key.
+    List,
+}
+
+impl fmt::Display for TableKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TableKind::Value => "value",
+            TableKind::Map => "map",
+            TableKind::List => "list",
+        })
+    }
+}
 
 /// The stored entry type of a table kind and how it is (de)serialised.
 pub(crate) trait EntryCodec: 'static {

@@ -1,6 +1,6 @@
 //! Errors of keyed and operator state: encoding, decoding and restoring snapshots.
 
-use crate::frozen_table::TableKind;
+use crate::entry_codec::TableKind;
 use weir_core::KeyGroupRange;
 
 /// What went wrong while snapshotting or restoring state. Every message names the table and key

@@ -1,31 +1,9 @@
 //! A frozen, immutable view of one keyed state table, taken by the synchronous snapshot phase.
 
 use crate::encode_buffer::EncodeBuffer;
+use crate::entry_codec::TableKind;
 use crate::error::StateError;
-use serde::{Deserialize, Serialize};
-use std::fmt;
 use weir_core::KeyGroupRange;
-
-/// The kind of a keyed state table; a table must be restored as the kind it was written as.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
-pub enum TableKind {
-    /// [`ValueState`](crate::ValueState): one value per key.
-    Value,
-    /// [`MapState`](crate::MapState): a map per key.
-    Map,
-    /// [`ListState`](crate::ListState): a list per key.
-    List,
-}
-
-impl fmt::Display for TableKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TableKind::Value => "value",
-            TableKind::Map => "map",
-            TableKind::List => "list",
-        })
-    }
-}
 
 /// A frozen view of one keyed state table, produced by
 /// [`KeyedStateSet::snapshot`](crate::KeyedStateSet::snapshot) on the task thread and consumed

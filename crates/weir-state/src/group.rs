@@ -54,9 +54,8 @@ impl<K, E> Default for Group<K, E> {
 }
 
 /// Whether a removal in `removed_in` may still be needed by a delta taken in `epoch`: no more
-/// than `TOMBSTONE_EPOCHS` old, and after `needed_after` (see [`forget_removals_through`]).
-///
-/// [`forget_removals_through`]: crate::keyed_table::KeyGroupedMap::forget_removals_through
+/// than `TOMBSTONE_EPOCHS` old, and after `needed_after`, the epoch of the snapshot that every
+/// delta from now on is taken since or after (the table raises it when a checkpoint completes).
 pub(crate) fn keeps(removed_in: u64, epoch: u64, needed_after: u64) -> bool {
     removed_in + TOMBSTONE_EPOCHS >= epoch && removed_in > needed_after
 }

@@ -19,36 +19,14 @@
 //! only come from one of those snapshots, so a referenced file is never deleted while a snapshot
 //! that uses it may still complete, however late notifications arrive.
 
-use crate::frozen_table::{FrozenTable, TableKind};
-use crate::key_group::KeyGroupRange;
-use crate::keyed_table::TOMBSTONE_EPOCHS;
+use crate::chain::Chain;
+use crate::entry_codec::TableKind;
+use crate::frozen_table::FrozenTable;
+use crate::group::TOMBSTONE_EPOCHS;
 use crate::snapshot_reader::KeyedSnapshotReader;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// A shared file of keyed state, as incremental snapshots reference it.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
-pub struct SharedStateFile {
-    /// Relative to the job's checkpoint root, `/`-separated (as in a `StateHandle`).
-    pub path: String,
-    pub size: u64,
-    /// CRC-32C of the whole file.
-    pub checksum: u32,
-}
-
-/// One blob of a key group's chain: where it lies in which shared file.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct ChainBlob {
-    pub file: Arc<SharedStateFile>,
-    pub offset: u64,
-    pub len: u64,
-    /// A delta on top of the blobs before it; the first blob of a chain is never one.
-    pub delta: bool,
-}
-
-/// A key group's chain: full contents, then deltas.
-pub type Chain = Arc<[ChainBlob]>;
+use weir_core::KeyGroupRange;
 
 /// What the next checkpoint does with one key group of one table.
 #[derive(Clone, Debug)]
@@ -354,6 +332,7 @@ fn chain_is_long(chain: &Chain, key_group: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::{ChainBlob, SharedStateFile};
 
     fn chain(lens: &[u64]) -> Chain {
         let file = Arc::new(SharedStateFile {

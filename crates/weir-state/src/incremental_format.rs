@@ -21,10 +21,12 @@
 //!                            (path, size, CRC-32C), and per table its name, kind and chains
 //! ```
 
+use crate::chain::{Chain, ChainBlob, SharedStateFile};
 use crate::encode_buffer::EncodeBuffer;
+use crate::entry_codec::TableKind;
 use crate::error::StateError;
-use crate::frozen_table::{FrozenTable, TableKind};
-use crate::incremental::{Chain, ChainBlob, GroupPlan, KeyedSnapshotPlan, SharedStateFile};
+use crate::frozen_table::FrozenTable;
+use crate::incremental::{GroupPlan, KeyedSnapshotPlan};
 use crate::snapshot_reader::{Blob, KeyedSnapshotReader, TableIndex};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};

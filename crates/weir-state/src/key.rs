@@ -1,6 +1,6 @@
 //! What keys and values of keyed state must be, and the key of the record being processed.
 
-use crate::key_group::{key_group_of, StableHash};
+use crate::stable_hash::{key_group_of, StableHash};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt;

@@ -11,7 +11,7 @@
 //!
 //! For incremental checkpoints every entry carries the epoch of its last write, and a key group
 //! remembers the keys removed since the last completed checkpoint's snapshot (at most
-//! [`TOMBSTONE_EPOCHS`] epochs back): the changes of a key group since an earlier snapshot are
+//! [`TOMBSTONE_EPOCHS`](crate::TOMBSTONE_EPOCHS) epochs back): the changes of a key group since an earlier snapshot are
 //! then the entries written, and the keys removed, after its epoch (see
 //! [`encode_key_group_delta`]). A key added and removed between two snapshots leaves no removal
 //! behind: no snapshot held it.
@@ -25,20 +25,19 @@
 use crate::entry_codec::{take, take_len, EntryCodec};
 use crate::entry_table::{EntryTable, Found};
 use crate::error::StateError;
-pub use crate::group::TOMBSTONE_EPOCHS;
 use crate::group::{Base, Group};
 use crate::key::{CurrentKey, Key};
-use crate::key_group::key_group_of;
 use crate::snapshot_reader::KeyedSnapshotReader;
+use crate::stable_hash::key_group_of;
 use hashbrown::hash_map::RawEntryMut;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
 
-mod frozen;
+mod frozen_key_groups;
 mod slot;
 
-pub(crate) use frozen::FrozenKeyGroups;
+pub(crate) use frozen_key_groups::FrozenKeyGroups;
 use slot::{Change, Slot};
 
 /// The per-key-group entries of one keyed state table, with copy-on-write snapshots.

@@ -63,6 +63,7 @@
 //! # Ok::<(), StateError>(())
 //! ```
 
+mod chain;
 mod encode_buffer;
 mod entry_codec;
 mod entry_table;
@@ -72,37 +73,37 @@ mod group;
 pub mod incremental;
 pub mod incremental_format;
 mod key;
-pub mod key_group;
 mod keyed_table;
 mod list_state;
 mod map_state;
 pub mod operator_state;
 pub mod snapshot_format;
 mod snapshot_reader;
+pub mod stable_hash;
 mod state_set;
 mod value_state;
 
+pub use chain::{Chain, ChainBlob, SharedStateFile};
 pub use encode_buffer::EncodeBuffer;
 pub use entry_codec::append as append_postcard;
+pub use entry_codec::TableKind;
 pub use error::StateError;
-pub use frozen_table::{FrozenTable, TableKind};
-pub use incremental::{
-    Chain, ChainBlob, GroupPlan, IncrementalBase, KeyedSnapshotPlan, SharedStateFile, TablePlan,
-};
+pub use frozen_table::FrozenTable;
+pub use group::TOMBSTONE_EPOCHS;
+pub use incremental::{GroupPlan, IncrementalBase, KeyedSnapshotPlan, TablePlan};
 pub use incremental_format::{
     encode_incremental, encode_incremental_releasing, is_manifest, IncrementalEncoding,
     KeyedManifest,
 };
 pub use key::{CurrentKey, Key, Value};
-pub use key_group::{
-    combine_stable_hashes, key_group_for_hash, key_group_of, subtask_for_key_group, KeyGroupRange,
-    StableHash, DEFAULT_MAX_PARALLELISM,
-};
-pub use keyed_table::TOMBSTONE_EPOCHS;
 pub use list_state::ListState;
 pub use map_state::MapState;
 pub use operator_state::{redistribute_operator_state, OperatorStateSnapshot};
 pub use snapshot_format::encode_keyed_snapshot;
 pub use snapshot_reader::{KeyGroupBlob, KeyedSnapshotReader};
+pub use stable_hash::{
+    combine_stable_hashes, key_group_for_hash, key_group_of, StableHash, DEFAULT_MAX_PARALLELISM,
+};
 pub use state_set::KeyedStateSet;
 pub use value_state::ValueState;
+pub use weir_core::key_group::{subtask_for_key_group, KeyGroupRange};

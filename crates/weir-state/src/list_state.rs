@@ -1,14 +1,10 @@
 //! `ListState`: a list of values per key (for example buffered elements of a window).
 
 use crate::entry_codec::ListCodec;
-use crate::error::StateError;
-use crate::frozen_table::FrozenTable;
 use crate::key::{CurrentKey, Key, Value};
 use crate::keyed_table::KeyGroupedMap;
-use crate::snapshot_reader::KeyedSnapshotReader;
-use crate::state_set::KeyedStateSet;
+use crate::state_set::{forward_to_table, KeyedStateSet};
 use std::fmt;
-use weir_core::KeyGroupRange;
 
 /// A list of `V` per key of type `K`, partitioned by key group.
 ///
@@ -96,25 +92,7 @@ impl<K: Key, V: Value> ListState<K, V> {
 }
 
 impl<K: Key, V: Value> KeyedStateSet<K> for ListState<K, V> {
-    fn init(&mut self, max_parallelism: u32, range: KeyGroupRange) {
-        self.table.init(max_parallelism, range)
-    }
-
-    fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>) {
-        out.push(Box::new(self.table.freeze()));
-    }
-
-    fn restore(&mut self, snapshot: &KeyedSnapshotReader) -> Result<(), StateError> {
-        self.table.restore(snapshot)
-    }
-
-    fn names(&self, out: &mut Vec<String>) {
-        out.push(self.name().to_string());
-    }
-
-    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
-        self.table.forget_removals(confirmed_epoch)
-    }
+    forward_to_table!(table);
 }
 
 impl<K: Key, V: Value> fmt::Debug for ListState<K, V> {
@@ -130,6 +108,7 @@ impl<K: Key, V: Value> fmt::Debug for ListState<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::KeyGroupRange;
 
     const MP: u32 = 8;
 

@@ -1,17 +1,13 @@
 //! `MapState`: a map from user keys to user values per key (for example per-key sessions by id).
 
 use crate::entry_codec::MapCodec;
-use crate::error::StateError;
-use crate::frozen_table::FrozenTable;
 use crate::key::{CurrentKey, Key, Value};
 use crate::keyed_table::KeyGroupedMap;
-use crate::snapshot_reader::KeyedSnapshotReader;
-use crate::state_set::KeyedStateSet;
+use crate::state_set::{forward_to_table, KeyedStateSet};
 use hashbrown::hash_map::RawEntryMut;
 use hashbrown::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use weir_core::KeyGroupRange;
 
 /// A map from `UK` to `UV` per key of type `K`, partitioned by key group.
 ///
@@ -149,25 +145,7 @@ where
     UK: Value + Eq + Hash,
     UV: Value,
 {
-    fn init(&mut self, max_parallelism: u32, range: KeyGroupRange) {
-        self.table.init(max_parallelism, range)
-    }
-
-    fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>) {
-        out.push(Box::new(self.table.freeze()));
-    }
-
-    fn restore(&mut self, snapshot: &KeyedSnapshotReader) -> Result<(), StateError> {
-        self.table.restore(snapshot)
-    }
-
-    fn names(&self, out: &mut Vec<String>) {
-        out.push(self.name().to_string());
-    }
-
-    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
-        self.table.forget_removals(confirmed_epoch)
-    }
+    forward_to_table!(table);
 }
 
 impl<K, UK, UV> fmt::Debug for MapState<K, UK, UV>
@@ -188,6 +166,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::KeyGroupRange;
 
     const MP: u32 = 8;
 

@@ -19,8 +19,9 @@
 //! checksum guards the bytes at rest, this one guards the format's internal offsets.
 
 use crate::encode_buffer::EncodeBuffer;
+use crate::entry_codec::TableKind;
 use crate::error::StateError;
-use crate::frozen_table::{FrozenTable, TableKind};
+use crate::frozen_table::FrozenTable;
 use serde::{Deserialize, Serialize};
 use weir_core::KeyGroupRange;
 use xxhash_rust::xxh3::xxh3_64;

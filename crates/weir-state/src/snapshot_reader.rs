@@ -1,9 +1,9 @@
 //! `KeyedSnapshotReader`: validates keyed state snapshots and serves the key groups a restoring subtask owns.
 
+use crate::chain::{Chain, ChainBlob};
 use crate::entry_codec::take;
+use crate::entry_codec::TableKind;
 use crate::error::StateError;
-use crate::frozen_table::TableKind;
-use crate::incremental::{Chain, ChainBlob};
 use crate::snapshot_format::{
     Directory, BODY_OFFSET, CHECKSUM_OFFSET, KEYED_SNAPSHOT_FORMAT_VERSION, KEYED_SNAPSHOT_MAGIC,
     MIN_LEN,

@@ -1,8 +1,10 @@
 //! `KeyedStateSet`: the keyed state tables of one operator, as the runtime initialises, snapshots and restores them.
 
+use crate::entry_codec::EntryCodec;
 use crate::error::StateError;
 use crate::frozen_table::FrozenTable;
 use crate::key::Key;
+use crate::keyed_table::KeyGroupedMap;
 use crate::snapshot_reader::KeyedSnapshotReader;
 use weir_core::KeyGroupRange;
 
@@ -76,6 +78,66 @@ pub trait KeyedStateSet<K: Key>: Send + 'static {
         }
     }
 }
+
+/// The one implementation for a single table, which [`ValueState`](crate::ValueState),
+/// [`ListState`](crate::ListState) and [`MapState`](crate::MapState) forward to
+/// ([`forward_to_table`]).
+impl<K, E, C> KeyedStateSet<K> for KeyGroupedMap<K, E, C>
+where
+    K: Key,
+    E: Clone + Send + Sync + 'static,
+    C: EntryCodec<Entry = E>,
+{
+    fn init(&mut self, max_parallelism: u32, range: KeyGroupRange) {
+        KeyGroupedMap::init(self, max_parallelism, range)
+    }
+
+    fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>) {
+        out.push(Box::new(self.freeze()));
+    }
+
+    fn restore(&mut self, snapshot: &KeyedSnapshotReader) -> Result<(), StateError> {
+        KeyGroupedMap::restore(self, snapshot)
+    }
+
+    fn names(&self, out: &mut Vec<String>) {
+        out.push(self.name().to_string());
+    }
+
+    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+        KeyGroupedMap::forget_removals(self, confirmed_epoch)
+    }
+}
+
+/// The body of `impl KeyedStateSet<K>` for a kind of state whose one table is its field
+/// `$table`: every method forwards to the table's implementation.
+macro_rules! forward_to_table {
+    ($table:ident) => {
+        fn init(&mut self, max_parallelism: u32, range: weir_core::KeyGroupRange) {
+            $crate::KeyedStateSet::init(&mut self.$table, max_parallelism, range)
+        }
+
+        fn snapshot(&mut self, out: &mut Vec<Box<dyn $crate::FrozenTable>>) {
+            $crate::KeyedStateSet::snapshot(&mut self.$table, out)
+        }
+
+        fn restore(
+            &mut self,
+            snapshot: &$crate::KeyedSnapshotReader,
+        ) -> Result<(), $crate::StateError> {
+            $crate::KeyedStateSet::restore(&mut self.$table, snapshot)
+        }
+
+        fn names(&self, out: &mut Vec<String>) {
+            $crate::KeyedStateSet::names(&self.$table, out)
+        }
+
+        fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
+            $crate::KeyedStateSet::forget_removals(&mut self.$table, confirmed_epoch)
+        }
+    };
+}
+pub(crate) use forward_to_table;
 
 impl<K: Key> KeyedStateSet<K> for () {
     fn init(&mut self, _max_parallelism: u32, _range: KeyGroupRange) {}

@@ -1,14 +1,10 @@
 //! `ValueState`: one value per key, the most common keyed state (counters, last seen, aggregates).
 
 use crate::entry_codec::ValueCodec;
-use crate::error::StateError;
-use crate::frozen_table::FrozenTable;
 use crate::key::{CurrentKey, Key, Value};
 use crate::keyed_table::KeyGroupedMap;
-use crate::snapshot_reader::KeyedSnapshotReader;
-use crate::state_set::KeyedStateSet;
+use crate::state_set::{forward_to_table, KeyedStateSet};
 use std::fmt;
-use weir_core::KeyGroupRange;
 
 /// One value of type `V` per key of type `K`, partitioned by key group.
 ///
@@ -124,25 +120,7 @@ impl<K: Key, V: Value> ValueState<K, V> {
 }
 
 impl<K: Key, V: Value> KeyedStateSet<K> for ValueState<K, V> {
-    fn init(&mut self, max_parallelism: u32, range: KeyGroupRange) {
-        self.table.init(max_parallelism, range)
-    }
-
-    fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>) {
-        out.push(Box::new(self.table.freeze()));
-    }
-
-    fn restore(&mut self, snapshot: &KeyedSnapshotReader) -> Result<(), StateError> {
-        self.table.restore(snapshot)
-    }
-
-    fn names(&self, out: &mut Vec<String>) {
-        out.push(self.name().to_string());
-    }
-
-    fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
-        self.table.forget_removals(confirmed_epoch)
-    }
+    forward_to_table!(table);
 }
 
 impl<K, V> fmt::Debug for ValueState<K, V>
@@ -163,6 +141,7 @@ where
 mod tests {
     use super::*;
     use crate::snapshot_format::encode_keyed_snapshot;
+    use crate::{FrozenTable, KeyGroupRange, KeyedSnapshotReader};
     use std::collections::BTreeMap;
 
     const MP: u32 = 16;

@@ -1,14 +1,34 @@
 //! `weir checkpoints list|inspect|verify`: what the checkpoints under a checkpoint directory
 //! (local or `s3://`) are, what they hold, and whether every file is intact.
 
+use clap::Subcommand;
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 use weir_core::{CheckpointId, HandleKind, S3Options};
 use weir_storage::{CheckpointLayout, CheckpointMetadata, CheckpointStorage, Location};
 
-use crate::cli::CheckpointsCommand;
 use crate::progress::bytes;
 use crate::CliError;
+
+#[derive(Subcommand, Debug)]
+pub enum CheckpointsCommand {
+    /// List the checkpoints of every job under a checkpoint directory (or of one job): id,
+    /// completion time, size, bytes the checkpoint wrote itself (incremental), status.
+    List {
+        /// A checkpoint directory (a path or s3://bucket/prefix), or one job's directory in it.
+        dir: String,
+    },
+    /// Show what checkpoints hold: operators, subtasks, key-group ranges, files and sizes.
+    Inspect {
+        /// One checkpoint (…/<job>/chk-<id>), a job's directory, or a checkpoint directory.
+        path: String,
+    },
+    /// Check every checksum of every file; exit status 0 only when all are intact.
+    Verify {
+        /// One checkpoint (…/<job>/chk-<id>), a job's directory, or a checkpoint directory.
+        path: String,
+    },
+}
 
 pub fn run(command: CheckpointsCommand) -> Result<(), CliError> {
     match command {

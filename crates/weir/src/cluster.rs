@@ -9,7 +9,7 @@
 //! or `WEIR_CLUSTER_SECRET`, the same on every process); the secret stays out of the job's
 //! flags, which travel to every task manager.
 
-use clap::{Args, Parser};
+use clap::Args;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
@@ -21,8 +21,7 @@ use weir_runtime::graph::JobGraph;
 use weir_runtime::ExecutionConfig;
 use weir_runtime::StopHandle;
 
-use crate::bench_suite::BenchSuite;
-use crate::cli::{BenchArgs, Cli, Command, RunCommand};
+use crate::runnable::ClusterJob;
 use crate::CliError;
 
 #[derive(Args, Debug)]
@@ -67,7 +66,7 @@ pub struct TaskManagerArgs {
     #[arg(long)]
     pub id: Option<String>,
     /// How long to keep trying to reach the job manager.
-    #[arg(long, default_value = "60s", value_parser = crate::cli::duration_arg)]
+    #[arg(long, default_value = "60s", value_parser = crate::args::duration_arg)]
     pub connect_timeout: Duration,
     /// Set an option of the job on this task manager only (after the job manager's), e.g.
     /// -D s3.endpoint=http://10.0.0.5:9000 where the store has another address.
@@ -136,124 +135,68 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
     Ok(options)
 }
 
-/// The jobs a cluster runs.
-enum ClusterJob {
-    Wordcount(crate::cli::WordcountArgs),
-    /// The keyed-count benchmark, to measure throughput over the network, with checkpoints
-    /// in `checkpoint_dir`.
-    KeyedCount {
-        args: crate::bench_suite::KeyedCountArgs,
-        checkpoint_dir: std::path::PathBuf,
-    },
-}
-
-/// The job's own flags, parsed as `weir <job…>` would parse them.
-fn job_command(job: &[String]) -> Result<ClusterJob, CliError> {
-    let argv = std::iter::once("weir".to_string()).chain(job.iter().cloned());
-    let cli = Cli::try_parse_from(argv)
-        .map_err(|e| CliError::usage(format!("the job's flags after --: {e}")))?;
-    match cli.command {
-        Command::Run(RunCommand::Wordcount(args)) => Ok(ClusterJob::Wordcount(args)),
-        Command::Bench(BenchArgs {
-            suite: Some(BenchSuite::KeyedCount(args)),
-            ..
-        }) => {
-            // Every process writes its subtasks' state (a final checkpoint at least) where
-            // the job manager reads it: a scratch directory of one process will not do.
-            let Some(checkpoint_dir) = args.run.checkpoint_dir.clone() else {
-                return Err(CliError::usage(
-                    "on a cluster, `bench keyed-count` needs --checkpoint-dir DIR (the same for every process)",
-                ));
-            };
-            Ok(ClusterJob::KeyedCount {
-                args,
-                checkpoint_dir,
-            })
-        }
-        _ => Err(CliError::usage(format!(
-            "a cluster runs `run wordcount …` or `bench keyed-count …`, not {:?}",
-            job.join(" ")
-        ))),
-    }
-}
+/// Finds the job a cluster runs from its flags after `--` (`run wordcount …`): the jobs that
+/// run by name are listed in `registry.rs`.
+pub type FindJob = fn(&[String]) -> Result<Box<dyn ClusterJob>, CliError>;
 
 /// Builds the job as a task manager does.
-pub fn build_job(job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> {
-    match job_command(job).map_err(|e| e.message)? {
-        ClusterJob::Wordcount(args) => {
-            let built = crate::wordcount::build(&args, true).map_err(|e| e.message)?;
-            Ok((built.graph, built.exec))
-        }
-        ClusterJob::KeyedCount {
-            args,
-            checkpoint_dir,
-        } => {
-            let (graph, _) = crate::bench_keyed_count::job(&args).map_err(|e| e.message)?;
-            Ok((
-                graph,
-                crate::bench_suite::execution_config(&args.run, checkpoint_dir),
-            ))
-        }
-    }
+fn build_job(find: FindJob, job: &[String]) -> Result<(JobGraph, ExecutionConfig), String> {
+    let job = find(job).map_err(|e| e.message)?;
+    job.build().map_err(|e| e.message)
 }
 
-pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
-    let options = job_manager_options(&args)?;
+pub fn job_manager(args: JobManagerArgs, find: FindJob) -> Result<(), CliError> {
+    let mut options = job_manager_options(&args)?;
     if args.job.iter().any(|a| a.contains("security.internal.")) {
         return Err(CliError::usage(
             "the cluster's secret goes before --, not among the job's flags: those are sent to every task manager",
         ));
     }
-    let mut wordcount = match job_command(&args.job)? {
-        ClusterJob::Wordcount(wordcount) => wordcount,
-        ClusterJob::KeyedCount { args: bench, .. } => {
-            // The benchmark takes no -D options of its own: only the cluster's apply.
-            let cluster_options = ["heartbeat.", "slot.request.timeout", "security.internal."];
-            if let Some(d) = args
-                .define
-                .iter()
-                .find(|d| !cluster_options.iter().any(|o| d.trim().starts_with(o)))
-            {
-                return Err(CliError::usage(format!(
-                    "-D {d}: `bench keyed-count` on a cluster takes only the cluster's options (heartbeat.*, slot.request.timeout, security.internal.*)"
-                )));
-            }
-            let jm = JobManager::start(options).map_err(|e| CliError::usage(e.to_string()))?;
-            eprintln!("job manager listening on {}", jm.address());
-            let result = crate::bench_keyed_count::run_on(bench, &mut jm.deployer(), true);
-            jm.finish(if result.is_ok() { "FINISHED" } else { "FAILED" });
-            return result;
+    let mut job = find(&args.job)?;
+    if job.takes_options() {
+        // The job manager's -D options are the job's too: every option can be given on any
+        // command line, and the task managers get them with the job's flags.
+        // The secret is not among them: the job does not need it, and the task managers have
+        // their own.
+        let defines: Vec<String> = args
+            .define
+            .iter()
+            .filter(|d| !is_secret_option(d))
+            .cloned()
+            .collect();
+        job.add_options(&defines);
+        options.job_args.extend(job_defines(&args.define));
+    } else {
+        // A job without options of its own: only the cluster's apply.
+        let cluster_options = ["heartbeat.", "slot.request.timeout", "security.internal."];
+        if let Some(d) = args
+            .define
+            .iter()
+            .find(|d| !cluster_options.iter().any(|o| d.trim().starts_with(o)))
+        {
+            return Err(CliError::usage(format!(
+                "-D {d}: `{}` on a cluster takes only the cluster's options (heartbeat.*, slot.request.timeout, security.internal.*)",
+                job.command()
+            )));
         }
-    };
-    // The job manager's -D options are the job's too: every option can be given on any
-    // command line, and the task managers get them with the job's flags.
-    // The secret is not among them: the job does not need it, and the task managers have
-    // their own.
-    wordcount
-        .job
-        .define
-        .extend(args.define.iter().filter(|d| !is_secret_option(d)).cloned());
-    let mut options = options;
-    options.job_args.extend(job_defines(&args.define));
+    }
     // Fail on bad job flags here, before any task manager is involved.
-    let built = crate::wordcount::build(&wordcount, true)?;
-    let ha = HighAvailabilityConfig::from_config(&built.config)?;
+    let ha = job.prepare()?;
     options.standby = !matches!(ha, HighAvailabilityConfig::None);
     let jm = JobManager::start(options).map_err(|e| CliError::usage(e.to_string()))?;
     eprintln!("job manager listening on {}", jm.address());
     let stop = StopHandle::new();
-    let on_interrupt = stop.clone();
-    let _ = ctrlc::set_handler(move || on_interrupt.stop());
+    if job.stops_on_interrupt() {
+        let on_interrupt = stop.clone();
+        let _ = ctrlc::set_handler(move || on_interrupt.stop());
+    }
     let result = match ha {
-        HighAvailabilityConfig::None => {
-            crate::wordcount::run_on(&wordcount, &built, &mut jm.deployer(), None, &stop)
-        }
+        HighAvailabilityConfig::None => job.run_on(&mut jm.deployer(), None, &stop),
         HighAvailabilityConfig::ZooKeeper(zk) => {
-            let outcome =
-                run_as_leader(&jm, &zk, &built.graph.name, &stop, |deployer, ha, term| {
-                    crate::wordcount::run_on(&wordcount, &built, deployer, Some(ha), term)
-                })
-                .map_err(|e| CliError::usage(e.to_string()))?;
+            let outcome = run_as_leader(&jm, &zk, job.job_name(), &stop, |deployer, ha, term| {
+                job.run_on(deployer, Some(ha), term)
+            })
+            .map_err(|e| CliError::usage(e.to_string()))?;
             match outcome {
                 LeaderOutcome::Ran(result) => result,
                 LeaderOutcome::Stopped => Ok(()),
@@ -269,7 +212,7 @@ pub fn job_manager(args: JobManagerArgs) -> Result<(), CliError> {
     result
 }
 
-pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
+pub fn task_manager(args: TaskManagerArgs, find: FindJob) -> Result<(), CliError> {
     // Listen on the advertised address when it is one; on every interface for a host name.
     let ip = match args.host.parse::<IpAddr>() {
         Ok(ip) => ip,
@@ -291,7 +234,7 @@ pub fn task_manager(args: TaskManagerArgs) -> Result<(), CliError> {
     let build = move |job: &[String]| {
         let mut job = job.to_vec();
         job.extend(defines.iter().cloned());
-        build_job(&job)
+        build_job(find, &job)
     };
     match run_task_manager(options, &build) {
         Ok(TaskManagerExit::JobEnded(status)) => {

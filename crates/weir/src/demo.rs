@@ -1,8 +1,11 @@
 //! `weir demo`: the main job. Generated purchase events feed a keyed running sum of spend per
 //! user; every time a user's total passes another 10,000 a line goes to the file sink.
 
+use clap::Args;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use weir_api::prelude::*;
 use weir_connectors::{Event, EventGenerator, FileSink};
 use weir_core::config::{CheckpointConfig, Config};
@@ -11,9 +14,31 @@ use weir_runtime::restart::RestartStrategy;
 use weir_runtime::FailureInjection;
 use weir_runtime::{execute_job, ExecutionConfig, JobError, JobHandle, StartMode, StopHandle};
 
-use crate::cli::DemoArgs;
+use crate::args::{duration_arg, JobArgs};
 use crate::progress::{print_summary, ProgressLine};
 use crate::CliError;
+
+#[derive(Args, Debug, Clone)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// How long to run, e.g. 20s or 2min; Ctrl-C stops earlier, with a final checkpoint.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = duration_arg)]
+    pub duration: Duration,
+    /// Distinct users in the generated events (the number of keys).
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u64,
+    /// Where the output files go.
+    #[arg(long, value_name = "DIR", default_value = "./weir-data/output/demo")]
+    pub output: PathBuf,
+    /// Make the sources bounded: each source subtask stops after N events, and the job ends
+    /// with a final checkpoint once all are processed.
+    #[arg(long, value_name = "N")]
+    pub events: Option<u64>,
+    /// Limit each source subtask to N events per second.
+    #[arg(long, value_name = "N")]
+    pub rate: Option<u64>,
+}
 
 /// The generator's seed: fixed, so runs (and resumed runs) see the same events.
 pub const SEED: u64 = 0x5745_4952;

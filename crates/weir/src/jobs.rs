@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_rest::client::DEFAULT_URL;
 use weir_rest::{ClientError, RestClient};
 
-use crate::cli::duration_arg;
+use crate::args::duration_arg;
 use crate::rest_args::TOKEN_ENV;
 use crate::CliError;
 

@@ -3,18 +3,17 @@
 //! `checkpoint`, `savepoint`, `stop`, `cancel`). Errors become one clear line on stderr and a non-zero exit
 //! status: 2 for bad input (flags, config, paths, job definitions), 1 for a job that failed.
 
+mod args;
 mod bench;
-mod bench_alternate;
-mod bench_keyed_count;
-mod bench_nexmark;
-mod bench_suite;
 mod checkpoints;
 mod cli;
 mod cluster;
 mod demo;
 mod jobs;
 mod progress;
+mod registry;
 mod rest_args;
+mod runnable;
 mod spend_windows;
 mod wordcount;
 
@@ -38,20 +37,16 @@ fn main() -> ExitCode {
     init_logging(cli.log_level());
     let result = match cli.command {
         cli::Command::Demo(args) => demo::run(args),
-        cli::Command::Run(cli::RunCommand::Wordcount(args)) => wordcount::run(args),
-        cli::Command::Run(cli::RunCommand::SpendWindows(args)) => spend_windows::run(args),
-        cli::Command::Bench(mut args) => match args.suite.take() {
-            Some(suite) => bench_suite::run(suite),
-            None => bench::run(args),
-        },
+        cli::Command::Run(command) => registry::run(command),
+        cli::Command::Bench(args) => bench::run(args),
         cli::Command::Checkpoints(args) => checkpoints::run(args),
         cli::Command::Jobs(args) => jobs::list(args),
         cli::Command::Checkpoint(args) => jobs::checkpoint(args),
         cli::Command::Savepoint(args) => jobs::savepoint(args),
         cli::Command::Stop(args) => jobs::stop(args),
         cli::Command::Cancel(args) => jobs::cancel(args),
-        cli::Command::Jobmanager(args) => cluster::job_manager(args),
-        cli::Command::Taskmanager(args) => cluster::task_manager(args),
+        cli::Command::Jobmanager(args) => cluster::job_manager(args, registry::cluster_job),
+        cli::Command::Taskmanager(args) => cluster::task_manager(args, registry::cluster_job),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,7 +7,9 @@
 //! `user<TAB>window start<TAB>spend<TAB>purchases` is committed once, when the watermark passes
 //! the window's end.
 
+use clap::Args;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_api::prelude::*;
@@ -15,9 +17,35 @@ use weir_connectors::{CommittingFileSink, Event, EventGenerator, SinkMode};
 use weir_runtime::deploy::LocalDeployer;
 use weir_runtime::{execute_with, JobHandle, StopHandle};
 
-use crate::cli::SpendWindowsArgs;
+use crate::args::JobArgs;
 use crate::demo::execution_config;
+use crate::runnable::{ClusterJob, Runnable};
 use crate::CliError;
+
+#[derive(Args, Debug, Clone)]
+pub struct SpendWindowsArgs {
+    /// Where committed output files go; in-progress files there are hidden (dot-prefixed).
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Purchases per source split (one split per source subtask of the first run); one
+    /// purchase per millisecond of event time.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    pub events: u64,
+    /// Limit each source subtask to N purchases per second.
+    #[arg(long, value_name = "N")]
+    pub rate: Option<u64>,
+    /// Distinct users (the keys).
+    #[arg(long, default_value_t = 1_000)]
+    pub users: u64,
+    /// The windows' size in milliseconds of event time (purchases per split).
+    #[arg(long, value_name = "MS", default_value_t = 2_000)]
+    pub window: u64,
+    /// The generator's seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
 
 /// The event time of a generated event: its position in its split, in milliseconds.
 pub fn event_time(event: &Event) -> i64 {
@@ -135,4 +163,16 @@ pub fn run(args: SpendWindowsArgs) -> Result<(), CliError> {
         });
     }
     Ok(())
+}
+
+impl Runnable for SpendWindowsArgs {
+    fn run(self: Box<Self>) -> Result<(), CliError> {
+        run(*self)
+    }
+
+    fn on_cluster(self: Box<Self>) -> Result<Box<dyn ClusterJob>, CliError> {
+        Err(CliError::usage(
+            "`run spend-windows` runs in one process only",
+        ))
+    }
 }

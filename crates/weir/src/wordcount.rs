@@ -1,17 +1,49 @@
 //! `weir run wordcount`: counts words exactly once, through the two-phase-commit file sink.
 
+use clap::Args;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use weir_api::prelude::*;
 use weir_connectors::file_source::check_input;
 use weir_connectors::{CommittingFileSink, FileSource, SinkMode};
+use weir_core::config::HighAvailabilityConfig;
 use weir_runtime::deploy::{Deployer, LocalDeployer};
-use weir_runtime::{execute_with, HighAvailabilityServices, JobHandle, StopHandle};
+use weir_runtime::graph::JobGraph;
+use weir_runtime::{
+    execute_with, ExecutionConfig, HighAvailabilityServices, JobHandle, StopHandle,
+};
 
-use crate::cli::WordcountArgs;
+use crate::args::{duration_arg, JobArgs};
 use crate::demo::execution_config;
+use crate::runnable::{ClusterJob, Runnable};
 use crate::CliError;
+
+#[derive(Args, Debug, Clone)]
+pub struct WordcountArgs {
+    /// A UTF-8 text file, or a directory of them (new files are picked up in name order).
+    #[arg(long, value_name = "PATH")]
+    pub input: PathBuf,
+    /// Where committed output files go; in-progress files there are hidden (dot-prefixed).
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Keep watching the input directory for new files at this interval (e.g. 1s) instead of
+    /// ending once every file is read (Flink's source.monitor-interval). The job then runs until
+    /// stopped (`weir stop`, Ctrl-C). New files must appear whole: write them under a hidden
+    /// name (leading `.`) and rename them into place.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub monitor_interval: Option<Duration>,
+    /// Skip (and count) lines that are not UTF-8 instead of failing.
+    #[arg(long)]
+    pub skip_invalid_utf8: bool,
+    /// exactly-once (two-phase commit) or at-least-once (duplicates after failures).
+    #[arg(long, value_name = "MODE", default_value = "exactly-once", value_parser = ["exactly-once", "at-least-once"])]
+    pub sink_mode: String,
+}
 
 /// Keeps a running count per word; emits `(word, count)` for every occurrence.
 #[derive(Clone)]
@@ -165,4 +197,72 @@ pub fn run_on(
         });
     }
     Ok(())
+}
+
+impl Runnable for WordcountArgs {
+    fn run(self: Box<Self>) -> Result<(), CliError> {
+        run(*self)
+    }
+
+    fn on_cluster(self: Box<Self>) -> Result<Box<dyn ClusterJob>, CliError> {
+        Ok(Box::new(ClusterWordcount {
+            args: *self,
+            built: None,
+        }))
+    }
+}
+
+/// Wordcount on a cluster: it takes the job manager's options, and the job manager builds it
+/// before it starts, so that bad flags fail before any task manager is involved.
+struct ClusterWordcount {
+    args: WordcountArgs,
+    /// The job manager's job, once prepared.
+    built: Option<Wordcount>,
+}
+
+impl ClusterJob for ClusterWordcount {
+    fn build(&self) -> Result<(JobGraph, ExecutionConfig), CliError> {
+        let built = build(&self.args, true)?;
+        Ok((built.graph, built.exec))
+    }
+
+    fn takes_options(&self) -> bool {
+        true
+    }
+
+    fn add_options(&mut self, defines: &[String]) {
+        self.args.job.define.extend(defines.iter().cloned());
+    }
+
+    fn prepare(&mut self) -> Result<HighAvailabilityConfig, CliError> {
+        let built = build(&self.args, true)?;
+        let ha = HighAvailabilityConfig::from_config(&built.config)?;
+        self.built = Some(built);
+        Ok(ha)
+    }
+
+    fn command(&self) -> &'static str {
+        "run wordcount"
+    }
+
+    fn job_name(&self) -> &str {
+        self.built.as_ref().map_or("wordcount", |b| &b.graph.name)
+    }
+
+    fn stops_on_interrupt(&self) -> bool {
+        true
+    }
+
+    fn run_on(
+        &self,
+        deployer: &mut dyn Deployer,
+        ha: Option<&mut dyn HighAvailabilityServices>,
+        stop: &StopHandle,
+    ) -> Result<(), CliError> {
+        let built = self
+            .built
+            .as_ref()
+            .expect("the job manager prepares the job first");
+        run_on(&self.args, built, deployer, ha, stop)
+    }
 }

@@ -48,9 +48,7 @@ use crate::ids::{parse_job_id, shorten};
 use crate::operations::{OperationKind, Operations};
 use crate::rates::Rates;
 use crate::schema::checkpoints::KnownCheckpoint;
-
-/// Flink's REST content type, sent with every JSON answer.
-pub const JSON_CONTENT_TYPE: &str = "application/json; charset=UTF-8";
+use crate::schema::JSON_CONTENT_TYPE;
 
 /// What every handler shares.
 pub struct AppState {

@@ -14,6 +14,9 @@ pub mod operations;
 use serde::Serialize;
 use weir_checkpoint::{JobStatus, SummarySnapshot};
 
+/// Flink's REST content type, sent with every JSON answer.
+pub const JSON_CONTENT_TYPE: &str = "application/json; charset=UTF-8";
+
 /// Flink's `JobStatus` values, in Flink's order.
 pub const JOB_STATUSES: [&str; 11] = [
     "INITIALIZING",

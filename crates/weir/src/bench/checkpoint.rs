@@ -31,7 +31,7 @@ use weir_storage::{
     CheckpointLayout, CheckpointMetadata, CheckpointStorage, Location, OperatorMetadata,
 };
 
-use crate::cli::BenchArgs;
+use super::BenchArgs;
 use crate::CliError;
 
 const SUBTASKS: u32 = 2;

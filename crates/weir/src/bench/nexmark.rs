@@ -1,13 +1,49 @@
 //! `weir bench nexmark --query Q --events N`: one Nexmark query over N generated events, from
 //! the Nexmark source to a counting sink.
 
+use clap::Args;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 use weir_api::prelude::*;
 use weir_connectors::nexmark::{self, queries, Event, NexmarkConfig, NexmarkSource};
 use weir_runtime::{execute_job, JobHandle};
 
-use crate::bench_suite::{CountingSink, NexmarkArgs, Setup};
+use super::suite::{CountingSink, RunArgs, Setup};
+use crate::args::duration_arg;
 use crate::CliError;
+
+#[derive(Args, Debug, Clone)]
+pub struct NexmarkArgs {
+    /// q0, q1, q2, q3, q4, q5, q7 or q8.
+    #[arg(long, value_parser = weir_connectors::nexmark::queries::QUERIES)]
+    pub query: String,
+    /// Events to generate (people, auctions and bids together).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub events: u64,
+    /// Emit events at the generator's event rate (`--event-rate`) instead of as fast as
+    /// possible.
+    #[arg(long)]
+    pub throttled: bool,
+    /// Events per second of event time (nexmark-flink's default: 10 million).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub event_rate: u64,
+    /// How far ahead (in event time) a source subtask may run of the slowest one before it
+    /// pauses: the watermark alignment of the sources (at least 1ms). By default the event
+    /// time of 1,000,000 events at --event-rate: 100ms at the default rate.
+    #[arg(long, value_name = "DURATION", value_parser = drift_arg)]
+    pub max_watermark_drift: Option<Duration>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// A watermark drift: whole milliseconds of event time, at least one.
+fn drift_arg(text: &str) -> Result<Duration, String> {
+    let d = duration_arg(text)?;
+    if d < Duration::from_millis(1) {
+        return Err("must be at least 1ms (event time counts milliseconds)".into());
+    }
+    Ok(d)
+}
 
 /// Adds `query` between the events and the sink.
 fn attach(query: &str, events: DataStream<Event>, sink: CountingSink) -> Result<(), CliError> {

@@ -5,15 +5,38 @@
 //! `--emit-updates`, every record emits its key's new count and sum, like a streaming
 //! `GROUP BY`.
 
+use clap::Args;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use weir_api::prelude::*;
 use weir_connectors::{Event, EventGenerator};
+use weir_core::config::HighAvailabilityConfig;
 use weir_runtime::deploy::{Deployer, LocalDeployer};
 use weir_runtime::graph::JobGraph;
-use weir_runtime::{execute_with, JobHandle};
+use weir_runtime::{
+    execute_with, ExecutionConfig, HighAvailabilityServices, JobHandle, StopHandle,
+};
 
-use crate::bench_suite::{CountingSink, KeyedCountArgs, Setup};
+use super::suite::execution_config;
+use super::suite::{CountingSink, RunArgs, Setup};
+use crate::runnable::{ClusterJob, Runnable};
 use crate::CliError;
+
+#[derive(Args, Debug, Clone)]
+pub struct KeyedCountArgs {
+    /// Records to generate.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub records: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Emit every key's updated count and sum for every record (a changelog, as a streaming
+    /// GROUP BY does) instead of once per key at the end of the input.
+    #[arg(long)]
+    pub emit_updates: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
 
 /// Count and sum per key.
 #[derive(Clone)]
@@ -148,4 +171,70 @@ pub fn run_on(
         println!("{}", measured.sentence("keyed-count", records));
     }
     Ok(())
+}
+
+impl Runnable for KeyedCountArgs {
+    fn run(self: Box<Self>) -> Result<(), CliError> {
+        run(*self)
+    }
+
+    fn on_cluster(self: Box<Self>) -> Result<Box<dyn ClusterJob>, CliError> {
+        // Every process writes its subtasks' state (a final checkpoint at least) where the job
+        // manager reads it: a scratch directory of one process will not do.
+        let Some(checkpoint_dir) = self.run.checkpoint_dir.clone() else {
+            return Err(CliError::usage(
+                "on a cluster, `bench keyed-count` needs --checkpoint-dir DIR (the same for every process)",
+            ));
+        };
+        Ok(Box::new(ClusterKeyedCount {
+            args: *self,
+            checkpoint_dir,
+        }))
+    }
+}
+
+/// The keyed-count benchmark on a cluster, to measure throughput over the network, with
+/// checkpoints in `checkpoint_dir`. It takes no options of its own: only the cluster's apply.
+struct ClusterKeyedCount {
+    args: KeyedCountArgs,
+    checkpoint_dir: PathBuf,
+}
+
+impl ClusterJob for ClusterKeyedCount {
+    fn build(&self) -> Result<(JobGraph, ExecutionConfig), CliError> {
+        let (graph, _) = job(&self.args)?;
+        Ok((
+            graph,
+            execution_config(&self.args.run, self.checkpoint_dir.clone()),
+        ))
+    }
+
+    fn takes_options(&self) -> bool {
+        false
+    }
+
+    fn prepare(&mut self) -> Result<HighAvailabilityConfig, CliError> {
+        Ok(HighAvailabilityConfig::None)
+    }
+
+    fn command(&self) -> &'static str {
+        "bench keyed-count"
+    }
+
+    fn job_name(&self) -> &str {
+        "keyed-count"
+    }
+
+    fn stops_on_interrupt(&self) -> bool {
+        false
+    }
+
+    fn run_on(
+        &self,
+        deployer: &mut dyn Deployer,
+        _ha: Option<&mut dyn HighAvailabilityServices>,
+        _stop: &StopHandle,
+    ) -> Result<(), CliError> {
+        run_on(self.args.clone(), deployer, true)
+    }
 }

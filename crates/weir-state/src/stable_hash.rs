@@ -1,7 +1,7 @@
 //! Stable key hashing and key-group assignment: the functions that decide where every key's state lands.
 //!
 //! A key's state lives in exactly one *key group* out of `max_parallelism`, and a subtask owns a
-//! contiguous [`KeyGroupRange`] of them. The key group is a pure function of the key's
+//! contiguous [`KeyGroupRange`](weir_core::KeyGroupRange) of them. The key group is a pure function of the key's
 //! [`StableHash`] and `max_parallelism`, so the same key lands in the same group in every process,
 //! on every platform and in every version of Weir. That is what lets a checkpoint written by one
 //! run be restored by another, at the same or a different parallelism.
@@ -13,8 +13,6 @@
 
 use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
-
-pub use weir_core::key_group::{subtask_for_key_group, KeyGroupRange};
 
 /// The number of key groups when a job does not configure `pipeline.max-parallelism`.
 ///
@@ -265,6 +263,7 @@ impl<A: StableHash, B: StableHash, C: StableHash> StableHash for (A, B, C) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use weir_core::key_group::{subtask_for_key_group, KeyGroupRange};
 
     #[test]
     fn xxh3_is_the_reference_xxh3_64_with_seed_zero() {

@@ -2,9 +2,10 @@
 //! encoded in full or as the changes since an earlier one.
 
 use crate::encode_buffer::EncodeBuffer;
+use crate::entry_codec::TableKind;
 use crate::entry_codec::{append, EntryCodec};
 use crate::error::StateError;
-use crate::frozen_table::{FrozenTable, TableKind};
+use crate::frozen_table::FrozenTable;
 use crate::group::{Group, TOMBSTONE_EPOCHS};
 use crate::key::Key;
 use std::marker::PhantomData;

@@ -7,7 +7,7 @@
 //! process kept busy (user + system CPU time over wall time), so a job that leaves a core idle
 //! is not credited with it.
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,19 +17,10 @@ use weir_runtime::operators::SinkFunction;
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{ExecutionConfig, JobHandle, JobSummary, StartMode, StopHandle, TaskError};
 
-use crate::bench_alternate::{self as alternate, Alternation};
-
-use crate::cli::duration_arg;
+use super::alternate::{self, Alternation};
+use super::process::{cpu_seconds, proc_status_bytes};
+use crate::args::{duration_arg, interval_arg, Interval};
 use crate::CliError;
-
-/// The benchmark suites with their own flags.
-#[derive(Subcommand, Debug, Clone)]
-pub enum BenchSuite {
-    /// A Nexmark query over generated people, auctions and bids.
-    Nexmark(NexmarkArgs),
-    /// The simplest stateful job: count and sum per key.
-    KeyedCount(KeyedCountArgs),
-}
 
 /// Flags every suite shares.
 #[derive(Args, Debug, Clone)]
@@ -38,7 +29,7 @@ pub struct RunArgs {
     pub parallelism: u32,
     /// Checkpoint interval (e.g. 1s, 10s), or `off`.
     #[arg(long, default_value = "off", value_parser = interval_arg)]
-    pub checkpoint_interval: CheckpointEvery,
+    pub checkpoint_interval: Interval,
     /// Where checkpoints go; a temporary directory (deleted afterwards) by default.
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
@@ -64,74 +55,6 @@ pub struct RunArgs {
     /// same flags alternates in opposite step (see benchmarks/checkpoint-cost.sh).
     #[arg(long, requires = "alternate")]
     pub alternate_on_first: bool,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct NexmarkArgs {
-    /// q0, q1, q2, q3, q4, q5, q7 or q8.
-    #[arg(long, value_parser = weir_connectors::nexmark::queries::QUERIES)]
-    pub query: String,
-    /// Events to generate (people, auctions and bids together).
-    #[arg(long, default_value_t = 10_000_000)]
-    pub events: u64,
-    /// Emit events at the generator's event rate (`--event-rate`) instead of as fast as
-    /// possible.
-    #[arg(long)]
-    pub throttled: bool,
-    /// Events per second of event time (nexmark-flink's default: 10 million).
-    #[arg(long, default_value_t = 10_000_000)]
-    pub event_rate: u64,
-    /// How far ahead (in event time) a source subtask may run of the slowest one before it
-    /// pauses: the watermark alignment of the sources (at least 1ms). By default the event
-    /// time of 1,000,000 events at --event-rate: 100ms at the default rate.
-    #[arg(long, value_name = "DURATION", value_parser = drift_arg)]
-    pub max_watermark_drift: Option<Duration>,
-    #[command(flatten)]
-    pub run: RunArgs,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct KeyedCountArgs {
-    /// Records to generate.
-    #[arg(long, default_value_t = 100_000_000)]
-    pub records: u64,
-    /// Distinct keys.
-    #[arg(long, default_value_t = 100_000)]
-    pub keys: u64,
-    /// Emit every key's updated count and sum for every record (a changelog, as a streaming
-    /// GROUP BY does) instead of once per key at the end of the input.
-    #[arg(long)]
-    pub emit_updates: bool,
-    #[command(flatten)]
-    pub run: RunArgs,
-}
-
-/// A checkpoint interval, or none (`off`).
-#[derive(Clone, Copy, Debug)]
-pub struct CheckpointEvery(pub Option<Duration>);
-
-fn interval_arg(text: &str) -> Result<CheckpointEvery, String> {
-    if text.eq_ignore_ascii_case("off") {
-        Ok(CheckpointEvery(None))
-    } else {
-        duration_arg(text).map(|d| CheckpointEvery(Some(d)))
-    }
-}
-
-/// A watermark drift: whole milliseconds of event time, at least one.
-fn drift_arg(text: &str) -> Result<Duration, String> {
-    let d = duration_arg(text)?;
-    if d < Duration::from_millis(1) {
-        return Err("must be at least 1ms (event time counts milliseconds)".into());
-    }
-    Ok(d)
-}
-
-pub fn run(suite: BenchSuite) -> Result<(), CliError> {
-    match suite {
-        BenchSuite::Nexmark(args) => crate::bench_nexmark::run(args),
-        BenchSuite::KeyedCount(args) => crate::bench_keyed_count::run(args),
-    }
 }
 
 /// A sink that counts what reaches it and drops it.
@@ -344,50 +267,5 @@ impl Measured {
             self.p99,
             self.peak_rss_bytes >> 20,
         ) + &alternation
-    }
-}
-
-/// A `kB` line of `/proc/self/status` (e.g. `VmHWM:`, the peak resident set), in bytes.
-fn proc_status_bytes(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line[field.len()..]
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
-
-/// User plus system CPU time of this process so far, from `/proc/self/stat` (in clock ticks
-/// of 1/100 s, Linux's `USER_HZ`).
-pub fn cpu_seconds() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|stat| stat_cpu_seconds(&stat))
-        .unwrap_or(0.0)
-}
-
-/// User plus system CPU seconds of a `stat` line of `/proc` (a process's or a thread's).
-pub fn stat_cpu_seconds(stat: &str) -> Option<f64> {
-    // The command name may hold spaces: fields are counted after its closing parenthesis.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let mut fields = rest.split_whitespace().skip(11);
-    let mut ticks = || fields.next()?.parse::<u64>().ok();
-    let (user, system) = (ticks()?, ticks()?);
-    Some((user + system) as f64 / 100.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_seconds_are_read_after_a_name_that_holds_spaces_and_parentheses() {
-        let stat = "42 (q4 (x) #1) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 0 0 20 0 9 0";
-        assert_eq!(stat_cpu_seconds(stat), Some(2.8));
-        assert_eq!(stat_cpu_seconds("42 (cut) S 1 2"), None);
     }
 }

@@ -1,18 +1,79 @@
-//! `weir bench pipeline`: records per second of the demo pipeline, end to end, with
-//! checkpointing on or off; `weir bench checkpoint`: the state backend and checkpoint storage
-//! measured directly ([`checkpoint`]).
+//! `weir bench`, every benchmark. `weir bench pipeline` (here): records per second of the demo
+//! pipeline, end to end, with checkpointing on or off; `weir bench checkpoint`: the state
+//! backend and checkpoint storage measured directly ([`checkpoint`]); and the suites with flags
+//! of their own, `weir bench nexmark` ([`nexmark`]) and `weir bench keyed-count`
+//! ([`keyed_count`]), which run and measure alike ([`suite`], [`alternate`]).
 
+mod alternate;
 mod checkpoint;
+pub mod keyed_count;
+mod nexmark;
+mod process;
+pub mod suite;
 
+use clap::{Args, Subcommand};
+use std::time::Duration;
 use weir_core::config::Config;
 use weir_runtime::{execute, StartMode, StopHandle};
 
-use crate::cli::BenchArgs;
+use crate::args::{duration_arg, interval_arg, Interval};
 use crate::demo::{demo_graph, execution_config};
 use crate::progress::{bytes, si};
 use crate::CliError;
 
-pub fn run(args: BenchArgs) -> Result<(), CliError> {
+#[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    /// Suites with flags of their own (`weir bench nexmark --help`).
+    #[command(subcommand)]
+    pub suite: Option<BenchSuite>,
+    /// What to measure: `pipeline` is the demo job end to end; `checkpoint` measures the state
+    /// backend and checkpoint storage directly (snapshots, full and incremental writes, restore).
+    #[arg(value_parser = ["pipeline", "checkpoint"], default_value = "pipeline")]
+    pub target: String,
+    /// How long each run lasts.
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    pub duration: Duration,
+    /// Checkpoint interval, or `off`.
+    #[arg(long, default_value = "1s", value_parser = interval_arg)]
+    pub checkpoint_interval: Interval,
+    #[arg(long, short = 'p', default_value_t = 2)]
+    pub parallelism: u32,
+    #[arg(long, default_value_t = 100_000)]
+    pub users: u64,
+    /// Print one JSON object instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+    /// `checkpoint`: keys of keyed state.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// `checkpoint`: the fraction of keys changed between two checkpoints.
+    #[arg(long, default_value_t = 0.01)]
+    pub changed: f64,
+    /// `checkpoint`: bytes of each key's value.
+    #[arg(long, default_value_t = 100)]
+    pub value_bytes: usize,
+    /// `checkpoint`: where to write (a directory, or s3://bucket/prefix); a temporary
+    /// directory by default.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<String>,
+}
+
+/// The benchmark suites with their own flags.
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchSuite {
+    /// A Nexmark query over generated people, auctions and bids.
+    Nexmark(nexmark::NexmarkArgs),
+    /// The simplest stateful job: count and sum per key.
+    KeyedCount(keyed_count::KeyedCountArgs),
+}
+
+pub fn run(mut args: BenchArgs) -> Result<(), CliError> {
+    match args.suite.take() {
+        Some(BenchSuite::Nexmark(args)) => return nexmark::run(args),
+        Some(BenchSuite::KeyedCount(args)) => return keyed_count::run(args),
+        None => {}
+    }
     if args.target == "checkpoint" {
         return checkpoint::run(&args);
     }

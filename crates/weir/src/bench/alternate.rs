@@ -331,7 +331,7 @@ fn thread_cpu() -> BTreeMap<String, f64> {
         };
         let name = &stat[open + 1..close];
         let group = name.split('#').next().unwrap_or(name).to_string();
-        if let Some(cpu) = crate::bench_suite::stat_cpu_seconds(&stat) {
+        if let Some(cpu) = super::process::stat_cpu_seconds(&stat) {
             *groups.entry(group).or_insert(0.0) += cpu;
         }
     }
@@ -350,7 +350,7 @@ fn sample(handle: &JobHandle) -> Sample {
     Sample {
         usage: Usage {
             events,
-            cpu_seconds: crate::bench_suite::cpu_seconds(),
+            cpu_seconds: super::process::cpu_seconds(),
             threads: thread_cpu(),
         },
         attempt,

@@ -358,8 +358,16 @@ fn wordcount_over_a_growing_directory_with_a_failure_every_ten_seconds_stays_fla
         text(&rest.stderr)
     );
     assert_counts_exactly_once(&totals, &dir.path().join("output"));
+    let restarts: usize = (0..=kills)
+        .map(|run| {
+            std::fs::read_to_string(dir.path().join(format!("job-{run}.log")))
+                .unwrap_or_default()
+                .matches("restarting the job from its latest checkpoint")
+                .count()
+        })
+        .sum();
     println!(
-        "soak: {} min, {} input files ({} words), {kills} kills: exactly once",
+        "soak: {} min, {} input files ({} words), {kills} kills, {restarts} injected failures: exactly once",
         minutes,
         files.load(Ordering::Relaxed),
         files.load(Ordering::Relaxed) * LINES_PER_FILE as u64 * 6

@@ -162,6 +162,17 @@ fn register_over_tls(
     ca: &TestCa,
     identity: Option<crate::tls::testing::Issued>,
 ) -> Result<FromJobManager, String> {
+    register_over_tls_with(address, id, ca, identity, None)
+}
+
+/// [`register_over_tls`], with `credential` in the call's metadata.
+fn register_over_tls_with(
+    address: SocketAddr,
+    id: &str,
+    ca: &TestCa,
+    identity: Option<crate::tls::testing::Issued>,
+    credential: Option<&str>,
+) -> Result<FromJobManager, String> {
     use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -189,7 +200,12 @@ fn register_over_tls(
                 data_address: "127.0.0.1:1".into(),
             })),
         };
-        let request = Request::new(tokio_stream::iter(vec![register]));
+        let mut request = Request::new(tokio_stream::iter(vec![register]));
+        if let Some(c) = credential {
+            request
+                .metadata_mut()
+                .insert(AUTH_HEADER, c.parse().unwrap());
+        }
         let mut session = client
             .session(request)
             .await
@@ -307,5 +323,43 @@ fn a_task_manager_refuses_a_job_manager_whose_certificate_does_not_name_its_host
     let jm = JobManager::start(tls_options(jm_tls)).unwrap();
     let e = refused_task_manager(&jm, jm.address().to_string(), ca.tls(dir.path(), "tm"));
     assert!(e.contains("does not name the host"), "{e}");
+    jm.finish("FINISHED");
+}
+
+#[test]
+fn with_tls_and_the_secret_a_task_manager_needs_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("cluster CA");
+    let ours = secret("the cluster's own secret");
+    let jm = JobManager::start(JobManagerOptions {
+        secret: Some(ours.clone()),
+        ..tls_options(ca.tls(dir.path(), "jm"))
+    })
+    .unwrap();
+    // A certificate of the CA, but no credential or a wrong one: refused by the secret's
+    // check, inside TLS.
+    let wrong = secret("somebody else's secret").control_credential();
+    for credential in [None, Some(wrong.as_str())] {
+        let e = register_over_tls_with(jm.address(), "half", &ca, Some(ca.issue("tm")), credential)
+            .unwrap_err();
+        assert!(e.contains("Unauthenticated"), "{e}");
+    }
+    // The credential without a certificate: refused in the handshake.
+    let credential = ours.control_credential();
+    register_over_tls_with(jm.address(), "other-half", &ca, None, Some(&credential)).unwrap_err();
+    assert!(registered(&jm).is_empty(), "{:?}", registered(&jm));
+    // Both: registered, and told the job.
+    let welcome = register_over_tls_with(
+        jm.address(),
+        "member",
+        &ca,
+        Some(ca.issue("tm")),
+        Some(&credential),
+    )
+    .unwrap();
+    assert!(
+        matches!(welcome.kind, Some(from_job_manager::Kind::Registered(_))),
+        "{welcome:?}"
+    );
     jm.finish("FINISHED");
 }

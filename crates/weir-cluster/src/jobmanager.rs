@@ -25,6 +25,7 @@ use crate::proto::{
     from_job_manager, from_task_manager, FromJobManager, FromTaskManager, Registered,
 };
 use crate::security::{self, ClusterSecret};
+use crate::tls::ClusterTls;
 use crate::wire::{self, Delivery, Report};
 
 /// Limits of a control-plane message (a deployment carries the checkpoint's metadata).
@@ -34,10 +35,13 @@ pub(crate) const MAX_MESSAGE: usize = 256 << 20;
 #[derive(Clone, Debug)]
 pub struct JobManagerOptions {
     /// Where the control plane listens (port 0: any free port). An address beyond loopback
-    /// needs `secret`.
+    /// needs `tls` or `secret`.
     pub rpc_address: SocketAddr,
     /// The cluster's secret: every call must prove it knows it ([`crate::security`]).
     pub secret: Option<ClusterSecret>,
+    /// Mutual TLS: every task manager must present a certificate of the cluster's CA
+    /// ([`crate::tls`]).
+    pub tls: Option<ClusterTls>,
     /// The job's command line, which every task manager builds the job from.
     pub job_args: Vec<String>,
     /// How often task managers send heartbeats (`heartbeat.interval`).
@@ -109,18 +113,20 @@ pub(crate) struct AttemptState {
 }
 
 impl JobManager {
-    /// Refuses options that would open the control plane beyond loopback without a secret
-    /// ([`JobManager::start`] checks too; this says so before anything else is done).
+    /// Refuses options that would open the control plane beyond loopback without TLS or a
+    /// secret ([`JobManager::start`] checks too; this says so before anything else is done).
     pub fn check_bind(options: &JobManagerOptions) -> Result<(), ClusterError> {
         security::check_bind(
             options.rpc_address,
             options.secret.as_ref(),
+            options.tls.as_ref(),
             "for task managers",
             "register a task manager and receive the job's records, or acknowledge checkpoints",
         )
     }
 
-    /// Starts the control plane's server; refuses an address beyond loopback without a secret.
+    /// Starts the control plane's server; refuses an address beyond loopback without TLS or a
+    /// secret.
     pub fn start(options: JobManagerOptions) -> Result<JobManager, ClusterError> {
         JobManager::check_bind(&options)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -160,8 +166,16 @@ impl JobManager {
         );
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = &shared.options.tls {
+            // A caller without a certificate of the cluster's CA is dropped in the handshake,
+            // before a byte of gRPC.
+            server = server
+                .tls_config(tls.server_tls_config())
+                .map_err(|e| ClusterError::Config(format!("the control plane's TLS: {e}")))?;
+        }
         runtime.spawn(async move {
-            let served = tonic::transport::Server::builder()
+            let served = server
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
@@ -173,8 +187,9 @@ impl JobManager {
         });
         let watchdog = shared.clone();
         runtime.spawn(async move { watch_heartbeats(watchdog).await });
-        let secured = shared.options.secret.is_some();
-        tracing::info!(%address, secured, "job manager listening for task managers");
+        let secret = shared.options.secret.is_some();
+        let tls = shared.options.tls.is_some();
+        tracing::info!(%address, tls, secret, "job manager listening for task managers");
         Ok(JobManager {
             shared,
             runtime,

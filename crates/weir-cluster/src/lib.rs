@@ -22,9 +22,11 @@
 //!
 //! # Security
 //!
-//! A port beyond loopback needs the cluster's shared secret ([`security`]): the job manager
-//! accepts only calls that prove they know it, and task managers exchange data only with
-//! peers that do.
+//! A port beyond loopback needs mutual TLS ([`tls`]) or the cluster's shared secret
+//! ([`security`]), or both. With TLS, every process presents a certificate of the cluster's CA
+//! and accepts only peers that do, and both planes are encrypted; with the secret, the job
+//! manager accepts only calls that prove they know it, and task managers exchange data only
+//! with peers that do.
 //!
 //! # A job of your own on a cluster
 //!
@@ -36,6 +38,7 @@
 //! use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
 //! use weir_cluster::security::ClusterSecret;
 //! use weir_cluster::taskmanager::{run_task_manager, TaskManagerOptions};
+//! use weir_cluster::tls::ClusterTls;
 //! use weir_runtime::graph::JobGraph;
 //! use weir_runtime::{execute_with, ExecutionConfig, JobHandle, StopHandle};
 //!
@@ -47,13 +50,20 @@
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let role = std::env::args().nth(1).unwrap_or_default();
 //!     let job_args: Vec<String> = std::env::args().skip(2).collect();
-//!     // The same secret on every machine: without it, only 127.0.0.1 may be bound.
-//!     let secret = Some(ClusterSecret::from_file("/etc/weir/cluster-secret".as_ref())?);
+//!     // Each process's certificate and key, and the cluster's CA; without TLS or a secret
+//!     // (the same on every machine), only 127.0.0.1 may be bound.
+//!     let tls = Some(ClusterTls::from_files(
+//!         "/etc/weir/tls/process.crt".as_ref(),
+//!         "/etc/weir/tls/process.key".as_ref(),
+//!         "/etc/weir/tls/ca.crt".as_ref(),
+//!     )?);
+//!     let secret: Option<ClusterSecret> = None;
 //!     if role == "jobmanager" {
 //!         let (graph, config) = build(&job_args)?;
 //!         let jm = JobManager::start(JobManagerOptions {
 //!             rpc_address: "0.0.0.0:6123".parse()?,
 //!             secret,
+//!             tls,
 //!             job_args,
 //!             heartbeat_interval: Duration::from_secs(1),
 //!             heartbeat_timeout: Duration::from_secs(10),
@@ -75,6 +85,7 @@
 //!             data_host: "10.0.0.11".into(),
 //!             connect_timeout: Duration::from_secs(60),
 //!             secret,
+//!             tls,
 //!         };
 //!         run_task_manager(options, &build)?;
 //!     }
@@ -96,6 +107,7 @@ pub mod leadership;
 pub mod net;
 pub mod security;
 pub mod taskmanager;
+pub mod tls;
 pub mod wire;
 
 /// The control plane's messages and gRPC service, generated from `proto/cluster.proto` by

@@ -1,11 +1,12 @@
 //! Who may talk to a cluster's ports: the secret every process of a cluster shares
 //! (`security.internal.secret`), the control plane's check of it, the data plane's
-//! challenge–response, and the refusal to listen beyond loopback without it.
+//! challenge–response, and the refusal to listen beyond loopback without it or mutual TLS
+//! ([`crate::tls`]).
 //!
-//! Without a secret, the control plane and the data plane listen on loopback only: anyone who
-//! reaches the control plane could register a task manager and be sent the job's records, and
-//! anyone who reaches a data port could feed records into the job or claim to have taken a
-//! barrier. With a secret:
+//! Without a secret or TLS, the control plane and the data plane listen on loopback only:
+//! anyone who reaches the control plane could register a task manager and be sent the job's
+//! records, and anyone who reaches a data port could feed records into the job or claim to
+//! have taken a barrier. With a secret:
 //!
 //! - every control-plane call carries a credential derived from it (an HMAC-SHA256 of a fixed
 //!   label), which the job manager checks in constant time before anything is registered or
@@ -14,18 +15,21 @@
 //!   fresh nonces, one label per direction) before a frame of records or credits crosses it,
 //!   so the secret itself never travels.
 //!
-//! The traffic is not encrypted: someone who can watch the network between the processes
-//! reads the records, and can replay the control plane's credential. Keep a cluster on a
-//! network of its own.
+//! The secret alone does not encrypt: someone who can watch the network between the processes
+//! reads the records, and can replay the control plane's credential. Mutual TLS encrypts both
+//! planes; with both, the secret's checks run inside TLS.
 
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use weir_core::config::Config;
 
 use crate::error::ClusterError;
+use crate::tls::{
+    ClusterTls, TLS_CERT_OPTION, TLS_ENABLED_OPTION, TLS_KEY_OPTION, TLS_TRUST_OPTION,
+};
 
 /// The option holding the secret itself.
 pub const SECRET_OPTION: &str = "security.internal.secret";
@@ -152,19 +156,20 @@ impl ClusterSecret {
     }
 }
 
-/// Refuses to listen on `address` beyond loopback without a secret. `what` says what the
-/// port is for, `risk` what a stranger reaching it could do.
+/// Refuses to listen on `address` beyond loopback without mutual TLS or a secret. `what` says
+/// what the port is for, `risk` what a stranger reaching it could do.
 pub fn check_bind(
     address: SocketAddr,
     secret: Option<&ClusterSecret>,
+    tls: Option<&ClusterTls>,
     what: &str,
     risk: &str,
 ) -> Result<(), ClusterError> {
-    if secret.is_some() || address.ip().is_loopback() {
+    if secret.is_some() || tls.is_some() || address.ip().is_loopback() {
         return Ok(());
     }
     Err(ClusterError::Insecure(format!(
-        "refusing to listen {what} on {address} without {SECRET_OPTION}: anyone who reaches the port could {risk}; set a secret (-D {SECRET_FILE_OPTION}=FILE, -D {SECRET_OPTION}=…, or {SECRET_ENV}) on every process of the cluster, or listen on loopback (127.0.0.1) only"
+        "refusing to listen {what} on {address} without {TLS_ENABLED_OPTION} or {SECRET_OPTION}: anyone who reaches the port could {risk}; on every process of the cluster, turn on mutual TLS (-D {TLS_ENABLED_OPTION}=true with {TLS_CERT_OPTION}, {TLS_KEY_OPTION} and {TLS_TRUST_OPTION}) or set a secret (-D {SECRET_FILE_OPTION}=FILE, -D {SECRET_OPTION}=…, or {SECRET_ENV}), or listen on loopback (127.0.0.1) only"
     )))
 }
 
@@ -224,7 +229,7 @@ pub(crate) fn credential_interceptor(
 /// The consumer's side of a data connection's handshake: challenges the producer, checks its
 /// answer, and proves in turn to know the secret. Nothing else is read or written before.
 pub(crate) fn challenge_producer(
-    stream: &mut TcpStream,
+    stream: &mut (impl Read + Write),
     secret: &ClusterSecret,
 ) -> Result<(), String> {
     let mut consumer_nonce = [0u8; NONCE_LEN];
@@ -254,7 +259,7 @@ pub(crate) fn challenge_producer(
 /// The producer's side of the handshake: answers the consumer's challenge, and checks the
 /// consumer's proof before a single frame goes to it.
 pub(crate) fn answer_consumer(
-    stream: &mut TcpStream,
+    stream: &mut (impl Read + Write),
     secret: &ClusterSecret,
 ) -> Result<(), String> {
     let mut challenge = [0u8; CHALLENGE_MAGIC.len() + NONCE_LEN];

@@ -27,6 +27,7 @@ use crate::proto::{
     Heartbeat, Register,
 };
 use crate::security::{self, ClusterSecret};
+use crate::tls::{self, ClusterTls};
 use crate::wire::{self, DeploymentPlan, Report};
 
 /// Builds the job (graph and execution configuration) from its command line; every process of
@@ -43,7 +44,7 @@ pub struct TaskManagerOptions {
     /// This task manager's id (unique in the cluster).
     pub id: String,
     pub slots: u32,
-    /// Where the data plane listens. An address beyond loopback needs `secret`.
+    /// Where the data plane listens. An address beyond loopback needs `tls` or `secret`.
     pub data_bind: SocketAddr,
     /// The host other task managers reach this one's data plane at.
     pub data_host: String,
@@ -52,6 +53,8 @@ pub struct TaskManagerOptions {
     /// The cluster's secret, proven to the job manager and to the other task managers
     /// ([`crate::security`]).
     pub secret: Option<ClusterSecret>,
+    /// Mutual TLS with the job manager and the other task managers ([`crate::tls`]).
+    pub tls: Option<ClusterTls>,
 }
 
 /// How a task manager's run ended.
@@ -117,12 +120,23 @@ pub fn run_task_manager(
         .enable_all()
         .build()
         .map_err(|e| ClusterError::io("cannot start the control plane's runtime", e))?;
-    let plane = DataPlane::bind(options.data_bind, options.secret.clone())?;
+    let plane = DataPlane::bind(
+        options.data_bind,
+        options.secret.clone(),
+        options.tls.clone(),
+    )?;
     let data_address = format!("{}:{}", options.data_host, plane.address().port());
     if options.id.is_empty() {
         options.id = data_address.clone();
     }
-    tracing::info!(id = %options.id, slots = options.slots, data = %data_address, "task manager started");
+    tracing::info!(
+        id = %options.id,
+        slots = options.slots,
+        data = %data_address,
+        tls = options.tls.is_some(),
+        secret = options.secret.is_some(),
+        "task manager started"
+    );
     let metrics: Arc<AttemptMetrics> = Arc::new(Mutex::new(None));
     let mut job: Option<Job> = None;
     let session_outbox: Arc<Mutex<Option<Outbox>>> = Arc::new(Mutex::new(None));
@@ -238,13 +252,28 @@ fn connect(
         // Several job managers (high availability): only the leader accepts; try each in turn.
         let address = addresses[next % addresses.len()];
         next += 1;
-        let endpoint = format!("http://{address}");
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let endpoint = format!("{scheme}://{address}");
+        // A certificate refused either way, seen in the handshake or, with TLS 1.3, in the
+        // first answer.
+        let mut refused: Option<String> = None;
         let attempt = runtime.block_on(async {
-            let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-                .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
-                .connect()
-                .await
-                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let mut endpoint = tonic::transport::Endpoint::from_shared(endpoint.clone())
+                .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            if let Some(tls) = &options.tls {
+                let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+                endpoint = endpoint
+                    .tls_config(tls.client_tls_config(host))
+                    .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            }
+            let channel = endpoint.connect().await.map_err(|e| {
+                refused = tls::refusal(&e);
+                tonic::Status::unavailable(error_chain(&e))
+            })?;
             let mut client = JobManagerClient::with_interceptor(channel, credential.clone())
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE);
@@ -256,9 +285,19 @@ fn connect(
                     data_address: data_address.to_string(),
                 })))
                 .map_err(|e| tonic::Status::internal(e.to_string()))?;
-            let response = client.session(UnboundedReceiverStream::new(rx)).await?;
+            let response = client
+                .session(UnboundedReceiverStream::new(rx))
+                .await
+                .inspect_err(|status| refused = tls::refusal(status))?;
             Ok::<_, tonic::Status>((outbox, response.into_inner()))
         });
+        if let (Some(refused), Err(_)) = (&refused, &attempt) {
+            // Every process of a cluster trusts the same CA: trying again cannot help.
+            return Err(ClusterError::Config(format!(
+                "the job manager at {address} and this task manager do not accept each other's certificates ({refused}): give every process of the cluster a certificate of the same CA ({}), and the job manager one that names the host in --jobmanager",
+                tls::TLS_TRUST_OPTION,
+            )));
+        }
         let attempt = match attempt {
             // Every job manager of a cluster shares the secret: trying again cannot help.
             Err(status) if status.code() == tonic::Code::Unauthenticated => {
@@ -269,7 +308,7 @@ fn connect(
                     security::SECRET_ENV,
                 )))
             }
-            other => other.map_err(|s| s.message().to_string()),
+            other => other.map_err(|s| status_chain(&s)),
         };
         match attempt {
             Ok(session) => return Ok(session),
@@ -284,11 +323,56 @@ fn connect(
             }
         }
     }
+    // What a job manager with TLS answers a client without, and the other way round.
+    let mismatch = [
+        "http2 error",
+        "InvalidContentType",
+        "corrupt message",
+        "handshake eof",
+    ];
+    let hint = if mismatch.iter().any(|m| last_error.contains(m)) {
+        format!(
+            " (does only one of the job manager and this task manager have {}=true? Both need it, or neither)",
+            tls::TLS_ENABLED_OPTION
+        )
+    } else {
+        String::new()
+    };
     Err(ClusterError::Connection(format!(
-        "cannot reach the job manager at {} within {} s: {last_error}",
+        "cannot reach the job manager at {} within {} s: {last_error}{hint}",
         options.job_manager,
         options.connect_timeout.as_secs()
     )))
+}
+
+/// A call's failure and what caused it.
+fn status_chain(status: &tonic::Status) -> String {
+    let mut text = status.message().to_string();
+    if let Some(source) = std::error::Error::source(status) {
+        append_chain(&mut text, source);
+    }
+    text
+}
+
+/// An error and what caused it, each said once: `transport error: …: …`.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    append_chain(&mut text, e);
+    text
+}
+
+fn append_chain(text: &mut String, e: &(dyn std::error::Error + 'static)) {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        next = e.source();
+    }
 }
 
 fn build_job(

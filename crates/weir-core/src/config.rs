@@ -9,8 +9,9 @@
 //! high availability `high-availability.type`, `high-availability.zookeeper.quorum`,
 //! `high-availability.zookeeper.path.root`, `high-availability.storageDir` and the ZooKeeper
 //! client's timeouts ([`HighAvailabilityConfig`]), and for cluster mode `heartbeat.*`,
-//! `slot.request.timeout` and the cluster's shared secret `security.internal.secret` (or
-//! `security.internal.secret-file`). Unknown keys and malformed values are errors
+//! `slot.request.timeout`, the cluster's shared secret `security.internal.secret` (or
+//! `security.internal.secret-file`) and its mutual TLS `security.ssl.internal.enabled`,
+//! `.cert`, `.key` and `.trust-certificates`. Unknown keys and malformed values are errors
 //! that name the key, never silently ignored.
 //!
 //! ```
@@ -129,6 +130,22 @@ pub const OPTIONS: &[(&str, &str)] = &[
         "(none: cluster ports on loopback only; or WEIR_CLUSTER_SECRET)",
     ),
     ("security.internal.secret-file", "(none)"),
+    (
+        "security.ssl.internal.enabled",
+        "false (mutual TLS on the cluster's control and data planes)",
+    ),
+    (
+        "security.ssl.internal.cert",
+        "(none: this process's certificate chain, PEM)",
+    ),
+    (
+        "security.ssl.internal.key",
+        "(none: this process's private key, PEM)",
+    ),
+    (
+        "security.ssl.internal.trust-certificates",
+        "(none: the cluster's CA certificates, PEM)",
+    ),
 ];
 
 /// A flat map of option keys to string values, validated on the way in.

@@ -5,9 +5,11 @@
 //! HOST:PORT --slots N`). Each task manager gets the job's flags from the job manager and
 //! builds the same job graph from them: paths in them must mean the same on every machine.
 //!
-//! Both listen on loopback unless the cluster's secret is set (`-D security.internal.secret…`
-//! or `WEIR_CLUSTER_SECRET`, the same on every process); the secret stays out of the job's
-//! flags, which travel to every task manager.
+//! Both listen on loopback unless the cluster has mutual TLS (`-D
+//! security.ssl.internal.enabled=true` with each process's certificate and key and the
+//! cluster's CA) or a secret (`-D security.internal.secret…` or `WEIR_CLUSTER_SECRET`, the same
+//! on every process); these options stay out of the job's flags, which travel to every task
+//! manager.
 
 use clap::Args;
 use std::net::{IpAddr, SocketAddr};
@@ -16,6 +18,7 @@ use weir_cluster::jobmanager::{JobManager, JobManagerOptions};
 use weir_cluster::leadership::{run_as_leader, LeaderOutcome};
 use weir_cluster::security::{ClusterSecret, SECRET_ENV};
 use weir_cluster::taskmanager::{run_task_manager, TaskManagerExit, TaskManagerOptions};
+use weir_cluster::tls::ClusterTls;
 use weir_core::config::{Config, HighAvailabilityConfig};
 use weir_runtime::graph::JobGraph;
 use weir_runtime::ExecutionConfig;
@@ -30,8 +33,8 @@ pub struct JobManagerArgs {
     #[arg(long, default_value_t = 6123)]
     pub rpc_port: u16,
     /// The address the control plane listens on (jobmanager.bind-host); any other than
-    /// loopback needs the cluster's secret (-D security.internal.secret-file=FILE, or
-    /// WEIR_CLUSTER_SECRET).
+    /// loopback needs mutual TLS (-D security.ssl.internal.enabled=true …) or the cluster's
+    /// secret (-D security.internal.secret-file=FILE, or WEIR_CLUSTER_SECRET).
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
     /// Deploy the job once this many task managers registered (and offer enough slots); after
@@ -59,7 +62,7 @@ pub struct TaskManagerArgs {
     pub data_port: u16,
     /// The host other task managers reach this one at (taskmanager.host); the data plane
     /// listens on it (on every interface for a name other than localhost), and beyond
-    /// loopback only with the cluster's secret.
+    /// loopback only with mutual TLS or the cluster's secret.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// This task manager's id in the cluster; `<host>:<data port>` by default.
@@ -86,9 +89,13 @@ fn options_of(defines: &[String]) -> Result<Config, CliError> {
     Ok(config)
 }
 
-/// Whether a -D flag sets the cluster's secret: it is the processes' own, never the job's.
+/// The options of the cluster's own security: each process's own, never the job's.
+const SECURITY_OPTIONS: [&str; 2] = ["security.internal.", "security.ssl.internal."];
+
+/// Whether a -D flag sets the cluster's secret or its TLS.
 fn is_secret_option(define: &str) -> bool {
-    define.trim_start().starts_with("security.internal.")
+    let define = define.trim_start();
+    SECURITY_OPTIONS.iter().any(|o| define.starts_with(o))
 }
 
 /// The job's own -D flags among a process's, as -D arguments.
@@ -106,6 +113,11 @@ fn cluster_secret(config: &Config) -> Result<Option<ClusterSecret>, CliError> {
         .map_err(|e| CliError::usage(e.to_string()))
 }
 
+/// The cluster's mutual TLS, from the -D options: its files are read and checked now.
+fn cluster_tls(config: &Config) -> Result<Option<ClusterTls>, CliError> {
+    ClusterTls::from_config(config).map_err(|e| CliError::usage(e.to_string()))
+}
+
 /// The cluster options of the job manager, from its -D flags.
 fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliError> {
     let config = options_of(&args.define)?;
@@ -115,6 +127,7 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
     let options = JobManagerOptions {
         rpc_address: SocketAddr::new(args.bind, args.rpc_port),
         secret: cluster_secret(&config)?,
+        tls: cluster_tls(&config)?,
         job_args: args.job.clone(),
         heartbeat_interval: duration("heartbeat.interval", Duration::from_secs(1))?,
         heartbeat_timeout: duration("heartbeat.timeout", Duration::from_secs(10))?,
@@ -147,17 +160,21 @@ fn build_job(find: FindJob, job: &[String]) -> Result<(JobGraph, ExecutionConfig
 
 pub fn job_manager(args: JobManagerArgs, find: FindJob) -> Result<(), CliError> {
     let mut options = job_manager_options(&args)?;
-    if args.job.iter().any(|a| a.contains("security.internal.")) {
+    if args
+        .job
+        .iter()
+        .any(|a| SECURITY_OPTIONS.iter().any(|o| a.contains(o)))
+    {
         return Err(CliError::usage(
-            "the cluster's secret goes before --, not among the job's flags: those are sent to every task manager",
+            "the cluster's secret and TLS options go before --, not among the job's flags: those are sent to every task manager",
         ));
     }
     let mut job = find(&args.job)?;
     if job.takes_options() {
         // The job manager's -D options are the job's too: every option can be given on any
         // command line, and the task managers get them with the job's flags.
-        // The secret is not among them: the job does not need it, and the task managers have
-        // their own.
+        // The secret and TLS are not among them: the job does not need them, and the task
+        // managers have their own.
         let defines: Vec<String> = args
             .define
             .iter()
@@ -168,14 +185,19 @@ pub fn job_manager(args: JobManagerArgs, find: FindJob) -> Result<(), CliError> 
         options.job_args.extend(job_defines(&args.define));
     } else {
         // A job without options of its own: only the cluster's apply.
-        let cluster_options = ["heartbeat.", "slot.request.timeout", "security.internal."];
+        let cluster_options = [
+            "heartbeat.",
+            "slot.request.timeout",
+            "security.internal.",
+            "security.ssl.internal.",
+        ];
         if let Some(d) = args
             .define
             .iter()
             .find(|d| !cluster_options.iter().any(|o| d.trim().starts_with(o)))
         {
             return Err(CliError::usage(format!(
-                "-D {d}: `{}` on a cluster takes only the cluster's options (heartbeat.*, slot.request.timeout, security.internal.*)",
+                "-D {d}: `{}` on a cluster takes only the cluster's options (heartbeat.*, slot.request.timeout, security.internal.*, security.ssl.internal.*)",
                 job.command()
             )));
         }
@@ -229,6 +251,7 @@ pub fn task_manager(args: TaskManagerArgs, find: FindJob) -> Result<(), CliError
         connect_timeout: args.connect_timeout,
         // Bad options are refused now, not when the job manager sends the job.
         secret: cluster_secret(&options_of(&args.define)?)?,
+        tls: cluster_tls(&options_of(&args.define)?)?,
     };
     let defines = job_defines(&args.define);
     let build = move |job: &[String]| {

@@ -2,7 +2,6 @@
 //! frame (see the module above for the layout).
 
 use std::io::Read;
-use std::net::TcpStream;
 use weir_runtime::remote::{ChannelKey, FRAME_HEADER};
 
 const MAGIC: &[u8; 4] = b"WEIR";
@@ -14,7 +13,7 @@ pub(super) const CREDIT: u8 = 2;
 /// A frame longer than this is garbage, not a batch.
 pub(super) const MAX_FRAME: usize = 256 << 20;
 
-pub(super) fn read_hello(stream: &mut TcpStream) -> Result<(u64, String), String> {
+pub(super) fn read_hello(stream: &mut impl Read) -> Result<(u64, String), String> {
     let mut fixed = [0u8; 18];
     stream
         .read_exact(&mut fixed)

@@ -12,11 +12,14 @@
 //! consumer holds back only the channels into it, never the connection — and a barrier waits
 //! behind at most a queue's worth of batches.
 //!
-//! With the cluster's secret set, a connection opens with a challenge–response both ways
-//! ([`crate::security`]): consumer → producer `WCHL` and a nonce; producer → consumer its own
-//! nonce and its HMAC; consumer → producer its HMAC. The producer sends nothing more, and the
-//! consumer reads nothing more and grants no credit, until the other side passed. A data port
-//! without a secret listens on loopback only ([`DataPlane::bind`]).
+//! With mutual TLS on ([`crate::tls`]), a connection opens with a TLS 1.3 handshake in which
+//! each side presents its certificate and checks the other's against the cluster's CA; all
+//! that follows is encrypted ([`stream`]). With the cluster's secret set, a connection (inside
+//! TLS, with both) opens with a challenge–response both ways ([`crate::security`]): consumer →
+//! producer `WCHL` and a nonce; producer → consumer its own nonce and its HMAC; consumer →
+//! producer its HMAC. The producer sends nothing more, and the consumer reads nothing more and
+//! grants no credit, until the other side passed. A data port with neither listens on loopback
+//! only ([`DataPlane::bind`]).
 //!
 //! Frames (little-endian):
 //! - hello, producer → consumer, once: `WEIR`, version `u32`, generation `u64` (leadership
@@ -39,10 +42,13 @@ use weir_runtime::remote::{
 
 use crate::error::ClusterError;
 use crate::security::{self, ClusterSecret};
+use crate::tls::{self, ClusterTls};
 use crate::wire::DeploymentPlan;
 use frame::{hello, parse_header, read_hello, write_header, CREDIT, DATA, MAX_FRAME};
+use stream::{DataWriter, Duplex};
 
 mod frame;
+pub(crate) mod stream;
 
 /// How long a connection waits for its attempt to be deployed on this side, and a producer
 /// for its consumer's task manager to accept.
@@ -61,6 +67,7 @@ struct PlaneInner {
     attempts: Mutex<Attempts>,
     changed: Condvar,
     secret: Option<ClusterSecret>,
+    tls: Option<ClusterTls>,
 }
 
 #[derive(Default)]
@@ -72,15 +79,18 @@ struct Attempts {
 }
 
 impl DataPlane {
-    /// Listens on `address` (port 0: any free port). With `secret`, every connection must
-    /// prove it knows it; without, an address beyond loopback is refused.
+    /// Listens on `address` (port 0: any free port). With `tls`, every connection must present
+    /// a certificate of the cluster's CA; with `secret`, every connection must prove it knows
+    /// it; with neither, an address beyond loopback is refused.
     pub fn bind(
         address: SocketAddr,
         secret: Option<ClusterSecret>,
+        tls: Option<ClusterTls>,
     ) -> Result<DataPlane, ClusterError> {
         security::check_bind(
             address,
             secret.as_ref(),
+            tls.as_ref(),
             "for data",
             "send records into the job, or take the records other task managers send it",
         )?;
@@ -93,6 +103,7 @@ impl DataPlane {
             attempts: Mutex::new(Attempts::default()),
             changed: Condvar::new(),
             secret,
+            tls,
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -114,6 +125,7 @@ impl DataPlane {
             generation,
             me: me.to_string(),
             secret: self.inner.secret.clone(),
+            tls: self.inner.tls.clone(),
             placement: plan.placement.iter().cloned().collect(),
             peers: plan.peers.iter().cloned().collect(),
             closed: AtomicBool::new(false),
@@ -198,21 +210,28 @@ enum InboundEnd {
     Io(String),
     /// The peer sent something that is not Weir's data protocol, or broke its rules.
     Protocol(String),
-    /// The peer did not prove it knows the cluster's secret.
+    /// The peer did not present a certificate of the cluster's CA, or did not prove it knows
+    /// the cluster's secret.
     Refused(String),
 }
 
-/// Reads one producer task manager's connection: the handshake (with a secret), its hello,
-/// then its frames.
+/// Reads one producer task manager's connection: the handshakes (TLS, the secret's), its
+/// hello, then its frames.
 fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), InboundEnd> {
     let io = |e: std::io::Error| InboundEnd::Io(e.to_string());
     stream.set_nodelay(true).map_err(io)?;
     stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(io)?;
+    let tls = match &plane.tls {
+        Some(tls) => Some(tls.accept(&mut stream).map_err(InboundEnd::Refused)?),
+        None => None,
+    };
+    let (mut reader, mut writer) = stream::split(stream, tls).map_err(io)?;
     if let Some(secret) = &plane.secret {
-        security::challenge_producer(&mut stream, secret).map_err(InboundEnd::Refused)?;
+        security::challenge_producer(&mut Duplex(&mut reader, &mut writer), secret)
+            .map_err(InboundEnd::Refused)?;
     }
-    let (generation, producer_tm) = read_hello(&mut stream).map_err(InboundEnd::Protocol)?;
-    stream.set_read_timeout(None).map_err(io)?;
+    let (generation, producer_tm) = read_hello(&mut reader).map_err(InboundEnd::Protocol)?;
+    reader.set_read_timeout(None).map_err(io)?;
     let Some(net) = wait_for_attempt(plane, generation) else {
         return Err(InboundEnd::Io(format!(
             "attempt {} of term {} is not (or no longer) deployed here",
@@ -220,16 +239,20 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
             generation >> 32
         )));
     };
-    let writer = stream.try_clone().map_err(io)?;
     net.attach_inbound(&producer_tm, writer);
-    let mut reader = std::io::BufReader::with_capacity(256 << 10, stream);
+    let mut reader = std::io::BufReader::with_capacity(256 << 10, reader);
     let mut payload = Vec::new();
     loop {
         let mut header = [0u8; FRAME_HEADER];
         match reader.read_exact(&mut header) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(InboundEnd::Io(format!("reading from {producer_tm}: {e}"))),
+            Err(e) => {
+                return Err(match tls::refusal(&e) {
+                    Some(refused) => InboundEnd::Refused(format!("{producer_tm}: {refused}")),
+                    None => InboundEnd::Io(format!("reading from {producer_tm}: {e}")),
+                })
+            }
         }
         let (kind, key, len) = parse_header(&header);
         if kind != DATA || len as usize > MAX_FRAME {
@@ -281,6 +304,7 @@ pub struct AttemptNet {
     generation: u64,
     me: String,
     secret: Option<ClusterSecret>,
+    tls: Option<ClusterTls>,
     placement: HashMap<SubtaskId, String>,
     peers: HashMap<String, String>,
     closed: AtomicBool,
@@ -288,7 +312,7 @@ pub struct AttemptNet {
     /// back on (once that producer connected) and its initial credits.
     inbound: Mutex<HashMap<ChannelKey, Arc<Inbound>>>,
     /// Consumer side: the connection from each producer task manager.
-    conns: Mutex<HashMap<String, Arc<Mutex<TcpStream>>>>,
+    conns: Mutex<HashMap<String, Arc<Mutex<DataWriter>>>>,
     decoders: Mutex<HashMap<ChannelKey, FrameDecoder>>,
     /// Producer side: the connection to each consumer task manager.
     outbound: Mutex<HashMap<String, Arc<Outbound>>>,
@@ -297,7 +321,7 @@ pub struct AttemptNet {
 struct Inbound {
     producer_tm: String,
     capacity: u32,
-    conn: OnceLock<Arc<Mutex<TcpStream>>>,
+    conn: OnceLock<Arc<Mutex<DataWriter>>>,
 }
 
 impl Inbound {
@@ -315,7 +339,7 @@ impl Inbound {
 
 /// A connection to one consumer task manager, and the credits of the channels it carries.
 struct Outbound {
-    stream: Mutex<Option<TcpStream>>,
+    stream: Mutex<Option<DataWriter>>,
     credits: Mutex<HashMap<ChannelKey, Arc<Credit>>>,
     broken: AtomicBool,
 }
@@ -331,12 +355,12 @@ impl AttemptNet {
         self.closed.store(true, Ordering::Release);
         for conn in self.conns.lock().expect("conns lock").values() {
             if let Ok(s) = conn.lock() {
-                let _ = s.shutdown(Shutdown::Both);
+                s.shutdown();
             }
         }
         for out in self.outbound.lock().expect("outbound lock").values() {
             if let Ok(Some(s)) = out.stream.lock().as_deref() {
-                let _ = s.shutdown(Shutdown::Both);
+                s.shutdown();
             }
             out.break_all();
         }
@@ -348,7 +372,7 @@ impl AttemptNet {
     /// the channels; in [`Network::incoming`]: the channel, then the connection), so a channel
     /// registered at the same time is found by at least one of them; its `OnceLock` makes sure
     /// the first credits go out once.
-    fn attach_inbound(&self, producer_tm: &str, stream: TcpStream) {
+    fn attach_inbound(&self, producer_tm: &str, stream: DataWriter) {
         let conn = Arc::new(Mutex::new(stream));
         self.conns
             .lock()
@@ -361,7 +385,7 @@ impl AttemptNet {
         }
         if self.closed.load(Ordering::Acquire) {
             if let Ok(s) = conn.lock() {
-                let _ = s.shutdown(Shutdown::Both);
+                s.shutdown();
             }
         }
     }
@@ -392,18 +416,19 @@ impl AttemptNet {
         });
         outbound.insert(tm.to_string(), out.clone());
         let (generation, me, tm) = (self.generation, self.me.clone(), tm.to_string());
-        let secret = self.secret.clone();
+        let (secret, tls) = (self.secret.clone(), self.tls.clone());
         let weak = Arc::downgrade(&out);
         std::thread::Builder::new()
             .name("data-out".into())
             .spawn(move || {
-                match run_outbound(&address, generation, &me, secret.as_ref(), &weak) {
+                let security = (secret.as_ref(), tls.as_ref());
+                match run_outbound(&address, generation, &me, security, &weak) {
                     Ok(()) => {}
                     Err(OutboundEnd::Io(e)) => {
                         tracing::debug!(peer = %tm, error = %e, "outbound data connection ended")
                     }
                     Err(OutboundEnd::Refused(e)) => {
-                        tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that did not prove it knows the cluster's secret")
+                        tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that is not a member of the cluster (its certificate or the secret)")
                     }
                 }
                 if let Some(out) = weak.upgrade() {
@@ -418,7 +443,8 @@ impl AttemptNet {
 /// Why an outbound connection ended.
 enum OutboundEnd {
     Io(String),
-    /// The consumer did not prove it knows the cluster's secret.
+    /// The consumer did not present a certificate of the cluster's CA (or refused this task
+    /// manager's), or did not prove it knows the cluster's secret.
     Refused(String),
 }
 
@@ -434,13 +460,14 @@ impl From<&str> for OutboundEnd {
     }
 }
 
-/// Connects to a consumer task manager, proves it knows the secret (and checks the consumer
-/// does), says hello, then reads the credits it grants.
+/// Connects to a consumer task manager, checks its certificate (and shows its own), proves it
+/// knows the secret (and checks the consumer does), says hello, then reads the credits it
+/// grants.
 fn run_outbound(
     address: &str,
     generation: u64,
     me: &str,
-    secret: Option<&ClusterSecret>,
+    (secret, tls): (Option<&ClusterSecret>, Option<&ClusterTls>),
     out: &Weak<Outbound>,
 ) -> Result<(), OutboundEnd> {
     let deadline = Instant::now() + ATTEMPT_WAIT;
@@ -459,34 +486,49 @@ fn run_outbound(
         }
     };
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    if let Some(secret) = secret {
-        stream
-            .set_read_timeout(Some(HANDSHAKE_WAIT))
-            .map_err(|e| e.to_string())?;
-        security::answer_consumer(&mut stream, secret).map_err(OutboundEnd::Refused)?;
-        stream.set_read_timeout(None).map_err(|e| e.to_string())?;
-    }
     stream
+        .set_read_timeout(Some(HANDSHAKE_WAIT))
+        .map_err(|e| e.to_string())?;
+    let tls = match tls {
+        Some(tls) => Some(
+            tls.connect(&mut stream, host_of(address))
+                .map_err(OutboundEnd::Refused)?,
+        ),
+        None => None,
+    };
+    let (mut reader, mut writer) = stream::split(stream, tls).map_err(|e| e.to_string())?;
+    if let Some(secret) = secret {
+        security::answer_consumer(&mut Duplex(&mut reader, &mut writer), secret)
+            .map_err(OutboundEnd::Refused)?;
+    }
+    reader.set_read_timeout(None).map_err(|e| e.to_string())?;
+    writer
         .write_all(&hello(generation, me))
         .map_err(|e| format!("sending the hello to {address}: {e}"))?;
     {
         let Some(o) = out.upgrade() else {
             return Ok(());
         };
-        let writer = stream.try_clone().map_err(|e| e.to_string())?;
         *o.stream.lock().map_err(|_| "stream poisoned")? = Some(writer);
         if o.broken.load(Ordering::Acquire) {
-            let _ = stream.shutdown(Shutdown::Both);
+            reader.shutdown();
             return Ok(());
         }
     }
-    let mut reader = std::io::BufReader::new(stream);
+    let mut reader = std::io::BufReader::new(reader);
     loop {
         let mut header = [0u8; FRAME_HEADER];
         match reader.read_exact(&mut header) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(format!("reading credits from {address}: {e}").into()),
+            Err(e) => {
+                // With TLS 1.3 a consumer that refuses this task manager's certificate says so
+                // after the handshake, in place of the first credits.
+                return Err(match tls::refusal(&e) {
+                    Some(refused) => OutboundEnd::Refused(refused),
+                    None => format!("reading credits from {address}: {e}").into(),
+                });
+            }
         }
         let (kind, key, credits) = parse_header(&header);
         if kind != CREDIT {
@@ -621,6 +663,12 @@ impl Network for AttemptNet {
         }
         Ok(Arc::new(move || channel.grant(key, 1)))
     }
+}
+
+/// The host of a `host:port` address (without an IPv6 address's brackets).
+fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 #[cfg(test)]

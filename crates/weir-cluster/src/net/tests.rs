@@ -43,8 +43,8 @@ fn two_planes_with(
 ) -> (DataPlane, DataPlane, Arc<AttemptNet>, Arc<AttemptNet>) {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let (a, b) = (
-        DataPlane::bind(loopback, secret.clone()).unwrap(),
-        DataPlane::bind(loopback, secret).unwrap(),
+        DataPlane::bind(loopback, secret.clone(), None).unwrap(),
+        DataPlane::bind(loopback, secret, None).unwrap(),
     );
     let plan = plan(a.address(), b.address());
     let (net_a, net_b) = (a.open_attempt("a", &plan), b.open_attempt("b", &plan));
@@ -215,7 +215,7 @@ fn a_peer_without_the_secret_gets_only_the_challenge_and_nothing_it_sends_reache
 #[test]
 fn a_producer_sends_no_records_to_a_peer_that_cannot_prove_the_secret() {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let a = DataPlane::bind(loopback, Some(secret())).unwrap();
+    let a = DataPlane::bind(loopback, Some(secret()), None).unwrap();
     // The consumer's task manager is an impostor: it challenges, but cannot prove the secret.
     let impostor = TcpListener::bind(loopback).unwrap();
     let net_a = a.open_attempt("a", &plan(a.address(), impostor.local_addr().unwrap()));
@@ -245,4 +245,299 @@ fn a_producer_sends_no_records_to_a_peer_that_cannot_prove_the_secret() {
         matches!(result, Err(TaskError::ChannelClosed)),
         "{result:?}"
     );
+}
+
+// Mutual TLS.
+
+use crate::tls::testing::TestCa;
+
+/// Two planes with certificates of `ca`, and the secret if `secret`.
+fn two_tls_planes(
+    dir: &std::path::Path,
+    ca: &TestCa,
+    secret: Option<ClusterSecret>,
+) -> (DataPlane, DataPlane, Arc<AttemptNet>, Arc<AttemptNet>) {
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let (a, b) = (
+        DataPlane::bind(loopback, secret.clone(), Some(ca.tls(dir, "a"))).unwrap(),
+        DataPlane::bind(loopback, secret, Some(ca.tls(dir, "b"))).unwrap(),
+    );
+    let plan = plan(a.address(), b.address());
+    let (net_a, net_b) = (a.open_attempt("a", &plan), b.open_attempt("b", &plan));
+    (a, b, net_a, net_b)
+}
+
+#[test]
+fn planes_with_certificates_of_the_cluster_ca_carry_records_and_credits_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("cluster CA");
+    for secret in [None, Some(secret())] {
+        let (_a, _b, net_a, net_b) = two_tls_planes(dir.path(), &ca, secret);
+        let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
+        let credit = net_b.incoming(KEY, producer(), 2, decoder).unwrap();
+        let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
+            net_a.outgoing(KEY, consumer()).unwrap(),
+        )));
+        // Batches of every size, from one record to frames of several TLS records and more
+        // than one write's worth, each through a credit that crosses back over TLS.
+        let sizes = [1usize, 2_000, 40_000, 100_000, 3];
+        let receiver = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..sizes.len() {
+                match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+                    Element::Records(batch) => got.push(batch),
+                    other => panic!("{other:?}"),
+                }
+                credit();
+            }
+            got
+        });
+        let mut sent = Vec::new();
+        let mut next = 0u64;
+        for size in sizes {
+            let batch: Vec<u64> = (next..next + size as u64).collect();
+            next += size as u64;
+            send_async(sink.clone(), Element::Records(batch.clone()))
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap()
+                .unwrap();
+            sent.push(batch);
+        }
+        assert_eq!(receiver.join().unwrap(), sent);
+    }
+}
+
+/// A TLS client of the data port with `identity` (certificate and key; none: no certificate)
+/// that trusts any server; returns what it could read after sending `bytes` (`want` bytes, or
+/// to the end), or the error.
+fn tls_client(
+    address: SocketAddr,
+    identity: Option<(&str, &str)>,
+    bytes: &[u8],
+    want: Option<usize>,
+) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    #[derive(Debug)]
+    struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+    impl rustls::client::danger::ServerCertVerifier for AnyServer {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &rustls::pki_types::ServerName<'_>,
+            _: &[u8],
+            _: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn verify_tls13_signature(
+            &self,
+            m: &[u8],
+            c: &CertificateDer<'_>,
+            d: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                m,
+                c,
+                d,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .unwrap(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+    };
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    let tcp = TcpStream::connect(address).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(bytes).map_err(|e| e.to_string())?;
+    let mut got = Vec::new();
+    match want {
+        Some(n) => {
+            got.resize(n, 0);
+            tls.read_exact(&mut got).map_err(|e| e.to_string())?;
+        }
+        None => {
+            tls.read_to_end(&mut got).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(got)
+}
+
+/// What a producer would send: its hello and a frame of `records`.
+fn hello_and_records(records: Vec<u64>) -> Vec<u8> {
+    let payload = postcard::to_allocvec(&Element::Records(records)).unwrap();
+    let mut frame = vec![0u8; FRAME_HEADER];
+    write_header(&mut frame, DATA, KEY, payload.len() as u32);
+    frame.extend_from_slice(&payload);
+    let mut sent = hello(3, "a");
+    sent.extend_from_slice(&frame);
+    sent
+}
+
+#[test]
+fn a_producer_without_a_certificate_of_the_cluster_ca_is_refused_and_nothing_it_sends_reaches_the_job(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("cluster CA");
+    let (_a, b, _net_a, net_b) = two_tls_planes(dir.path(), &ca, None);
+    let (rx, decoder) = remote_receiver::<u64, u64>(4, |x| x);
+    let _credit = net_b.incoming(KEY, producer(), 4, decoder).unwrap();
+    let sent = hello_and_records(vec![666]);
+
+    // No certificate, a certificate of another CA: the handshake fails (TLS 1.3 tells the
+    // client after its own end of it), and no credit comes back.
+    let stranger = TestCa::new("another CA").issue("a");
+    for identity in [None, Some((stranger.cert.as_str(), stranger.key.as_str()))] {
+        let got = tls_client(b.address(), identity, &sent, None);
+        let e = got.expect_err("the consumer accepted a stranger");
+        assert!(
+            e.contains("CertificateRequired")
+                || e.contains("UnknownCA")
+                || e.contains("BadCertificate"),
+            "{e}"
+        );
+    }
+    // Without TLS at all: dropped, nothing but a TLS alert comes back.
+    let mut raw = TcpStream::connect(b.address()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(&sent).unwrap();
+    let mut all = Vec::new();
+    let _ = raw.read_to_end(&mut all);
+    assert!(
+        all.len() <= 7,
+        "the plane answered {} bytes: {all:?}",
+        all.len()
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a record of a stranger reached the job"
+    );
+
+    // A member gets through (so the refusals were about the certificates): its first
+    // credits come back, and its record reaches the job.
+    let member = ca.issue("a");
+    let identity = Some((member.cert.as_str(), member.key.as_str()));
+    let credits = tls_client(b.address(), identity, &sent, Some(FRAME_HEADER)).unwrap();
+    assert_eq!(credits[0], super::frame::CREDIT);
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Element::Records(b) if b == vec![666]
+    ));
+}
+
+/// A consumer that is not a member: a TLS server with `identity`, which accepts any client;
+/// returns the plaintext the producer sent it, or the handshake's error.
+fn impostor_consumer(
+    identity: Option<crate::tls::testing::Issued>,
+) -> (SocketAddr, std::thread::JoinHandle<Result<Vec<u8>, String>>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let handle = std::thread::spawn(move || {
+        let (mut tcp, _) = listener.accept().unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let Some(identity) = identity else {
+            // Not TLS: a plain challenge, as a secret-only consumer would send.
+            let mut challenge = b"WCHL".to_vec();
+            challenge.extend_from_slice(&[7u8; crate::security::NONCE_LEN]);
+            let _ = tcp.write_all(&challenge);
+            let mut rest = Vec::new();
+            let _ = tcp.read_to_end(&mut rest);
+            // The producer's ClientHello is all it may get: no hello, no records.
+            return Ok(rest);
+        };
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            CertificateDer::pem_slice_iter(identity.cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap(),
+            PrivateKeyDer::from_pem_slice(identity.key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+        let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let mut got = Vec::new();
+        tls.read_to_end(&mut got).map_err(|e| e.to_string())?;
+        Ok(got)
+    });
+    (address, handle)
+}
+
+#[test]
+fn a_producer_sends_no_records_to_a_consumer_without_a_certificate_of_the_cluster_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("cluster CA");
+    let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let stranger = TestCa::new("another CA").issue("b");
+    for impostor in [Some(stranger), None] {
+        let plain = impostor.is_none();
+        let a = DataPlane::bind(loopback, None, Some(ca.tls(dir.path(), "a"))).unwrap();
+        let (address, received) = impostor_consumer(impostor);
+        let net_a = a.open_attempt("a", &plan(a.address(), address));
+        let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
+            net_a.outgoing(KEY, consumer()).unwrap(),
+        )));
+        let sent = send_async(sink, Element::Records(vec![1, 2, 3]));
+        let received = received.join().unwrap();
+        if plain {
+            // Only the TLS ClientHello: no record of the job is in it.
+            let bytes = received.unwrap();
+            assert_eq!(bytes.first(), Some(&0x16), "not a TLS handshake: {bytes:?}");
+            assert!(
+                !bytes.windows(4).any(|w| w == b"WEIR"),
+                "the hello went out"
+            );
+        } else {
+            let e = received.expect_err("the impostor completed a handshake");
+            assert!(
+                e.contains("UnknownCA") || e.contains("BadCertificate"),
+                "{e}"
+            );
+        }
+        let result = sent.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert!(
+            matches!(result, Err(TaskError::ChannelClosed)),
+            "{result:?}"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! a real loopback connection.
 
 use super::*;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 
 fn secret(text: &str) -> ClusterSecret {
     ClusterSecret::new(text.as_bytes(), "test").unwrap()
@@ -71,16 +71,24 @@ fn a_port_beyond_loopback_needs_a_secret() {
     let secured = secret("the cluster's own secret");
     let anywhere: SocketAddr = "0.0.0.0:6123".parse().unwrap();
     for loopback in ["127.0.0.1:6123", "[::1]:6123"] {
-        check_bind(loopback.parse().unwrap(), None, "for tests", "do harm").unwrap();
+        check_bind(
+            loopback.parse().unwrap(),
+            None,
+            None,
+            "for tests",
+            "do harm",
+        )
+        .unwrap();
     }
-    check_bind(anywhere, Some(&secured), "for tests", "do harm").unwrap();
-    let refused = check_bind(anywhere, None, "for tests", "do harm")
+    check_bind(anywhere, Some(&secured), None, "for tests", "do harm").unwrap();
+    let refused = check_bind(anywhere, None, None, "for tests", "do harm")
         .unwrap_err()
         .to_string();
     assert!(
         refused.starts_with(
-            "refusing to listen for tests on 0.0.0.0:6123 without security.internal.secret: anyone who reaches the port could do harm"
+            "refusing to listen for tests on 0.0.0.0:6123 without security.ssl.internal.enabled or security.internal.secret: anyone who reaches the port could do harm"
         ) && refused.contains("WEIR_CLUSTER_SECRET")
+            && refused.contains("-D security.ssl.internal.enabled=true")
             && refused.contains("listen on loopback (127.0.0.1) only"),
         "{refused}"
     );

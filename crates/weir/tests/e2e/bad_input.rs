@@ -287,7 +287,7 @@ fn a_port_beyond_loopback_without_the_cluster_secret_is_refused_with_exit_status
             "--checkpoint-dir",
             "ckpt",
         ],
-        "refusing to listen for task managers on 0.0.0.0:0 without security.internal.secret: anyone who reaches the port could register a task manager and receive the job's records",
+        "refusing to listen for task managers on 0.0.0.0:0 without security.ssl.internal.enabled or security.internal.secret: anyone who reaches the port could register a task manager and receive the job's records",
     );
     assert_refused(
         &[
@@ -297,7 +297,7 @@ fn a_port_beyond_loopback_without_the_cluster_secret_is_refused_with_exit_status
             "--host",
             "0.0.0.0",
         ],
-        "refusing to listen for data on 0.0.0.0:0 without security.internal.secret",
+        "refusing to listen for data on 0.0.0.0:0 without security.ssl.internal.enabled or security.internal.secret",
     );
     assert_refused(
         &[
@@ -323,7 +323,84 @@ fn a_port_beyond_loopback_without_the_cluster_secret_is_refused_with_exit_status
             "-D",
             "security.internal.secret=sixteen-bytes-at-least",
         ],
-        "the cluster's secret goes before --, not among the job's flags",
+        "the cluster's secret and TLS options go before --, not among the job's flags",
+    );
+}
+
+#[test]
+fn tls_options_that_cannot_work_are_refused_with_exit_status_2_naming_the_option_and_the_file() {
+    let tls = |cert: &'static str, key: &'static str, ca: &'static str| {
+        [
+            "-D",
+            "security.ssl.internal.enabled=true",
+            "-D",
+            cert,
+            "-D",
+            key,
+            "-D",
+            ca,
+        ]
+    };
+    let wordcount = [
+        "--",
+        "run",
+        "wordcount",
+        "--input",
+        "a-file",
+        "--output",
+        "out",
+        "--checkpoint-dir",
+        "ckpt",
+    ];
+    // `a-file` holds "not a directory": not a certificate.
+    let garbage = tls(
+        "security.ssl.internal.cert=a-file",
+        "security.ssl.internal.key=a-file",
+        "security.ssl.internal.trust-certificates=a-file",
+    );
+    let mut jm = vec!["jobmanager", "--rpc-port", "0"];
+    jm.extend(garbage);
+    jm.extend(wordcount);
+    assert_refused(
+        &jm,
+        "security.ssl.internal.cert a-file: no certificate in it (a PEM block -----BEGIN CERTIFICATE-----)",
+    );
+    let missing = tls(
+        "security.ssl.internal.cert=nowhere/tm.crt",
+        "security.ssl.internal.key=nowhere/tm.key",
+        "security.ssl.internal.trust-certificates=nowhere/ca.crt",
+    );
+    let mut tm = vec!["taskmanager", "--jobmanager", "127.0.0.1:1"];
+    tm.extend(missing);
+    assert_refused(&tm, "cannot read security.ssl.internal.cert nowhere/tm.crt");
+    assert_refused(
+        &[
+            "taskmanager",
+            "--jobmanager",
+            "127.0.0.1:1",
+            "-D",
+            "security.ssl.internal.enabled=true",
+            "-D",
+            "security.ssl.internal.cert=a-file",
+        ],
+        "security.ssl.internal.enabled is true but security.ssl.internal.key is not set",
+    );
+    assert_refused(
+        &[
+            "taskmanager",
+            "--jobmanager",
+            "127.0.0.1:1",
+            "-D",
+            "security.ssl.internal.cert=a-file",
+        ],
+        "security.ssl.internal.cert is set but security.ssl.internal.enabled is not true",
+    );
+    let mut among_the_jobs = vec!["jobmanager", "--rpc-port", "0"];
+    among_the_jobs.extend(wordcount);
+    among_the_jobs.extend(["-D", "security.ssl.internal.enabled=true"]);
+    assert_refused(
+        &among_the_jobs,
+        "the cluster's secret and TLS options go before --",
     );
 }
 

@@ -500,3 +500,159 @@ fn a_cluster_with_a_secret_runs_the_job_only_on_task_managers_that_know_it() {
     }
     assert_exactly_once(&input, &dir.path().join("output"));
 }
+
+/// A CA made for a test, and the certificates it signs (for localhost and 127.0.0.1, for
+/// servers and clients), written as PEM files.
+struct TestCa {
+    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        TestCa {
+            issuer: rcgen::CertifiedIssuer::self_signed(params, key).unwrap(),
+        }
+    }
+
+    /// Writes `dir/<name>.crt`, `dir/<name>.key` and `dir/<name>-ca.crt` (with `trusted`);
+    /// returns the -D options that use them.
+    fn process(&self, dir: &Path, name: &str, trusted: &str) -> Vec<String> {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (cert_file, key_file, ca_file) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+            dir.join(format!("{name}-ca.crt")),
+        );
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        std::fs::write(&ca_file, trusted).unwrap();
+        vec![
+            "security.ssl.internal.enabled=true".into(),
+            format!("security.ssl.internal.cert={}", cert_file.display()),
+            format!("security.ssl.internal.key={}", key_file.display()),
+            format!(
+                "security.ssl.internal.trust-certificates={}",
+                ca_file.display()
+            ),
+        ]
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+}
+
+/// A task manager with these -D options.
+fn task_manager_with(
+    dir: &Path,
+    job_managers: &str,
+    slots: u32,
+    n: usize,
+    defines: &[String],
+    connect_timeout: &str,
+) -> Process {
+    let mut cmd = weir();
+    cmd.current_dir(dir)
+        .args(["taskmanager", "--jobmanager", job_managers])
+        .args(["--slots", &slots.to_string(), "--id", &format!("tm-{n}")])
+        .args(["--connect-timeout", connect_timeout]);
+    for define in defines {
+        cmd.args(["-D", define]);
+    }
+    Process::start(cmd, dir.join(format!("taskmanager-{n}.log")))
+}
+
+#[test]
+fn a_cluster_with_mutual_tls_runs_the_job_only_on_task_managers_with_a_certificate_of_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 31, 4, 5_000);
+    let ours = TestCa::new("cluster CA");
+    let theirs = TestCa::new("another CA");
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let jm_tls = ours.process(dir.path(), "jobmanager", &ours.pem());
+    let mut jm = job_manager_with(dir.path(), port, &input, 3, &jm_tls, "jobmanager");
+
+    // Strangers: of another CA (it refuses the job manager, which would refuse it); with a
+    // certificate of another CA though trusting ours (the job manager refuses it); without
+    // TLS at all (it never gets past the handshake).
+    let both = format!("{}{}", ours.pem(), theirs.pem());
+    let mut strangers = [
+        task_manager_with(
+            dir.path(),
+            &address,
+            4,
+            90,
+            &theirs.process(dir.path(), "tm-90", &theirs.pem()),
+            "60s",
+        ),
+        task_manager_with(
+            dir.path(),
+            &address,
+            4,
+            91,
+            &theirs.process(dir.path(), "tm-91", &both),
+            "60s",
+        ),
+        task_manager_with(dir.path(), &address, 4, 92, &[], "5s"),
+    ];
+    for (n, stranger) in strangers.iter_mut().enumerate() {
+        let status = stranger.wait(Duration::from_secs(60));
+        let log = stranger.log();
+        assert!(
+            !log.contains("built the job") && !log.contains("registered"),
+            "{log}"
+        );
+        if n < 2 {
+            // A refused certificate: trying again cannot help.
+            assert_eq!(status.code(), Some(2), "{log}");
+            assert!(
+                log.contains("do not accept each other's certificates"),
+                "{log}"
+            );
+        } else {
+            assert_eq!(status.code(), Some(1), "{log}");
+            assert!(log.contains("cannot reach the job manager"), "{log}");
+        }
+    }
+
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| {
+            let name = format!("tm-{n}");
+            let tls = ours.process(dir.path(), &name, &ours.pem());
+            task_manager_with(dir.path(), &address, 1, n, &tls, "60s")
+        })
+        .collect();
+    let log = finished(&mut jm);
+    assert!(log.contains("0 restarts"), "{log}");
+    assert!(log.contains("tls=true"), "{log}");
+    // The strangers never registered: no slot of theirs was offered, no subtask placed.
+    assert!(
+        !log.contains("tm-90") && !log.contains("tm-91") && !log.contains("tm-92"),
+        "{log}"
+    );
+    all_exited_ok(&mut tms);
+    for tm in &tms {
+        let tm_log = tm.log();
+        // Each one's data plane took TLS only, and records crossed it.
+        assert!(tm_log.contains("tls=true"), "{tm_log}");
+        assert!(tm_log.contains("deployed attempt=0"), "{tm_log}");
+    }
+    assert_exactly_once(&input, &dir.path().join("output"));
+}

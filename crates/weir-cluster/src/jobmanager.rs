@@ -18,7 +18,8 @@ use weir_core::SubtaskId;
 use weir_runtime::control::{CoordinatorMessage, JobEvent};
 use weir_runtime::metrics::SubtaskMetrics;
 
-pub use crate::deployer::ClusterDeployer;
+mod cluster_deployer;
+
 use crate::error::ClusterError;
 use crate::proto::job_manager_server::{JobManager as JobManagerService, JobManagerServer};
 use crate::proto::{
@@ -27,6 +28,7 @@ use crate::proto::{
 use crate::security::{self, ClusterSecret};
 use crate::tls::ClusterTls;
 use crate::wire::{self, Delivery, Report};
+pub use cluster_deployer::ClusterDeployer;
 
 /// Limits of a control-plane message (a deployment carries the checkpoint's metadata).
 pub(crate) const MAX_MESSAGE: usize = 256 << 20;

@@ -12,9 +12,9 @@ use weir_core::JobId;
 use weir_ha::{LeadershipEvent, ZooKeeperHaServices};
 use weir_runtime::StopHandle;
 
-use crate::deployer::ClusterDeployer;
 use crate::error::ClusterError;
 use crate::ha::LeaderServices;
+use crate::jobmanager::ClusterDeployer;
 use crate::jobmanager::JobManager;
 
 /// How a job run under high availability ended here.

@@ -99,7 +99,6 @@
 //! the executor's restart strategy redeploys the whole job on the remaining slots (waiting for
 //! new task managers if there are too few) from the latest completed checkpoint.
 
-mod deployer;
 pub mod error;
 pub mod ha;
 pub mod jobmanager;

@@ -13,7 +13,7 @@ use weir_runtime::metrics::SubtaskMetrics;
 use weir_runtime::snapshot::SnapshotWorkers;
 use weir_runtime::ExecutionConfig;
 
-use crate::jobmanager::{message, AttemptState, Outbox, Shared};
+use super::{message, AttemptState, Outbox, Shared};
 use crate::proto::{from_job_manager, Deploy};
 use crate::wire::{self, DeploymentPlan, RestorePlan};
 

@@ -28,7 +28,7 @@ use crate::ha::HighAvailabilityServices;
 #[derive(Clone, Copy)]
 pub struct Restore<'a> {
     pub storage: &'a CheckpointStorage,
-    pub metadata: &'a weir_storage::CheckpointMetadata,
+    pub metadata: &'a CheckpointMetadata,
     /// The directory of the snapshot the state comes from when the job does not own it (a
     /// savepoint, or a retained checkpoint given with `--from-savepoint`).
     pub savepoint: Option<&'a std::path::Path>,
@@ -120,13 +120,16 @@ pub(crate) fn plan<'h>(
 }
 
 /// The checkpoint a job starts from, if any, and the older ones still retained.
-pub struct StartPoint {
+pub(crate) struct StartPoint {
     pub latest: Option<CheckpointMetadata>,
     pub older: Vec<CheckpointMetadata>,
 }
 
 /// Applies the start mode to the storage.
-pub fn start_point(storage: &CheckpointStorage, mode: StartMode) -> Result<StartPoint, JobError> {
+pub(crate) fn start_point(
+    storage: &CheckpointStorage,
+    mode: StartMode,
+) -> Result<StartPoint, JobError> {
     let none = StartPoint {
         latest: None,
         older: Vec::new(),
@@ -192,7 +195,7 @@ pub fn start_point(storage: &CheckpointStorage, mode: StartMode) -> Result<Start
 fn claim(
     storage: &CheckpointStorage,
     config: &ExecutionConfig,
-    start: &crate::restore::StartPoint,
+    start: &StartPoint,
     from_savepoint: bool,
     max_id: CheckpointId,
 ) -> Result<Option<CheckpointStorage>, JobError> {
@@ -229,7 +232,7 @@ fn claim(
 fn open_savepoint(
     graph: &JobGraph,
     config: &ExecutionConfig,
-    start: &crate::restore::StartPoint,
+    start: &StartPoint,
 ) -> Result<Option<(CheckpointStorage, weir_storage::CheckpointMetadata)>, JobError> {
     let Some(path) = &config.from_savepoint else {
         return Ok(None);

@@ -88,21 +88,30 @@ pub fn write_text_input(dir: &Path, seed: u64, files: usize, lines: usize) -> st
     let mut x = seed | 1;
     for f in 0..files {
         let mut text = String::new();
-        for _ in 0..lines {
-            for w in 0..6 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                if w > 0 {
-                    text.push(' ');
-                }
-                text.push_str(&format!("w{}", x % 200));
-            }
-            text.push('\n');
-        }
+        push_random_lines(&mut x, lines, &mut text, |_| {});
         std::fs::write(input.join(format!("part-{f:03}.txt")), text).unwrap();
     }
     input
+}
+
+/// Appends `lines` lines of 6 words each (from a vocabulary of 200) to `text`, drawn from the
+/// xorshift state `x`; `word` sees every word written.
+pub fn push_random_lines(x: &mut u64, lines: usize, text: &mut String, mut word: impl FnMut(&str)) {
+    for _ in 0..lines {
+        for w in 0..6 {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            if w > 0 {
+                text.push(' ');
+            }
+            let start = text.len();
+            text.push('w');
+            text.push_str(&(*x % 200).to_string());
+            word(&text[start..]);
+        }
+        text.push('\n');
+    }
 }
 
 /// Occurrences of every word in the input files.

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use std::collections::BTreeMap;
 
-use super::common::{assert_counts_exactly_once, random_below, run_in, text, weir};
+use super::common::{
+    assert_counts_exactly_once, push_random_lines, random_below, run_in, text, weir,
+};
 
 /// Lines per input file, six words each from a vocabulary of 200.
 const LINES_PER_FILE: usize = 1_000;
@@ -45,9 +47,10 @@ struct Job {
     rest: String,
 }
 
-/// Starts the job (the `run`-th start; its log goes to `job-<run>.log` in `dir`).
-fn start(dir: &Path, resume: bool, run: u32) -> Job {
-    let mut args: Vec<String> = [
+/// `weir run wordcount` over `input/` into `output/`, at parallelism 2, checkpointing into
+/// `checkpoint_dir`, followed by `rest`.
+fn wordcount(checkpoint_dir: &str, rest: &[&str]) -> Vec<String> {
+    [
         "run",
         "wordcount",
         "--input",
@@ -55,27 +58,37 @@ fn start(dir: &Path, resume: bool, run: u32) -> Job {
         "--output",
         "output",
         "--checkpoint-dir",
-        "ck",
+        checkpoint_dir,
         "--parallelism",
         "2",
-        "--checkpoint-interval",
-        "1s",
-        "--monitor-interval",
-        "200ms",
-        "--rest-port",
-        "0",
-        "--savepoint-root",
-        "savepoints",
-        "-D",
-        "restart-strategy.type=fixed-delay",
-        "-D",
-        "restart-strategy.fixed-delay.attempts=1000000",
-        "-D",
-        "restart-strategy.fixed-delay.delay=100ms",
     ]
     .iter()
+    .chain(rest)
     .map(|s| s.to_string())
-    .collect();
+    .collect()
+}
+
+/// Starts the job (the `run`-th start; its log goes to `job-<run>.log` in `dir`).
+fn start(dir: &Path, resume: bool, run: u32) -> Job {
+    let mut args = wordcount(
+        "ck",
+        &[
+            "--checkpoint-interval",
+            "1s",
+            "--monitor-interval",
+            "200ms",
+            "--rest-port",
+            "0",
+            "--savepoint-root",
+            "savepoints",
+            "-D",
+            "restart-strategy.type=fixed-delay",
+            "-D",
+            "restart-strategy.fixed-delay.attempts=1000000",
+            "-D",
+            "restart-strategy.fixed-delay.delay=100ms",
+        ],
+    );
     if resume {
         args.push("--resume".into());
     }
@@ -120,20 +133,9 @@ fn write_input(
     while !stop.load(Ordering::Relaxed) {
         let n = files.load(Ordering::Relaxed);
         let mut text = String::with_capacity(LINES_PER_FILE * 30);
-        for _ in 0..LINES_PER_FILE {
-            for w in 0..6 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                if w > 0 {
-                    text.push(' ');
-                }
-                let word = format!("w{}", x % 200);
-                text.push_str(&word);
-                *totals.entry(word).or_insert(0) += 1;
-            }
-            text.push('\n');
-        }
+        push_random_lines(&mut x, LINES_PER_FILE, &mut text, |word| {
+            *totals.entry(word.to_string()).or_insert(0) += 1;
+        });
         let hidden = input.join(format!(".part-{n:06}.txt"));
         std::fs::write(&hidden, text).unwrap();
         std::fs::rename(&hidden, input.join(format!("part-{n:06}.txt"))).unwrap();
@@ -334,24 +336,9 @@ fn wordcount_over_a_growing_directory_with_a_failure_every_ten_seconds_stays_fla
         .next()
         .unwrap()
         .to_string();
-    let rest = run_in(
-        dir.path(),
-        &[
-            "run",
-            "wordcount",
-            "--input",
-            "input",
-            "--output",
-            "output",
-            "--checkpoint-dir",
-            "ck-final",
-            "--parallelism",
-            "2",
-            "--from-savepoint",
-            &savepoint,
-            "--no-rest",
-        ],
-    );
+    let args = wordcount("ck-final", &["--from-savepoint", &savepoint, "--no-rest"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let rest = run_in(dir.path(), &args);
     assert!(
         rest.status.success(),
         "the run from the savepoint failed: {}",

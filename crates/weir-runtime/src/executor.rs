@@ -8,7 +8,7 @@ use weir_checkpoint::{
     Action, CheckpointCoordinator, CheckpointIdCounter, JobStatus, JobVertices,
     StandaloneCheckpointIdCounter,
 };
-use weir_core::{Clock, JobId, SystemClock};
+use weir_core::{Clock, JobId, SubtaskId, SystemClock};
 use weir_storage::{CheckpointMetadata, CheckpointStorage, OperatorMetadata};
 
 use crate::config::ExecutionConfig;
@@ -91,13 +91,19 @@ fn run_job(
         coordinator_tx.clone(),
         &config.checkpoint,
     );
-    let coordinator = restored_coordinator(graph, config, &storage, &mut plan, clock.as_ref())?;
+    let (sources, all) = subtask_ids(graph);
+    let vertices = JobVertices {
+        sources: sources.clone(),
+        all,
+    };
+    let coordinator =
+        restored_coordinator(graph, config, vertices, &storage, &mut plan, clock.as_ref())?;
     let counter: Box<dyn CheckpointIdCounter> = match ha {
         Some(ha) => ha.checkpoint_id_counter(plan.max_id)?,
         None => Box::new(StandaloneCheckpointIdCounter::starting_after(plan.max_id)),
     };
     let driver = spawn_driver(
-        driver_setup(graph, config),
+        driver_setup(graph, config, sources),
         coordinator,
         counter,
         storage.clone(),
@@ -164,13 +170,12 @@ fn run_job(
 fn restored_coordinator(
     graph: &JobGraph,
     config: &ExecutionConfig,
+    vertices: JobVertices,
     storage: &CheckpointStorage,
     plan: &mut Plan,
     clock: &dyn Clock,
 ) -> Result<CheckpointCoordinator, JobError> {
     let job = JobId::from_name(&graph.name);
-    let (sources, all) = subtask_ids(graph);
-    let vertices = JobVertices { sources, all };
     // A store recovered from ZooKeeper holds its checkpoints already.
     let recovered = plan.ha_store.as_ref().is_some_and(|s| s.latest().is_some());
     let mut coordinator = match plan.ha_store.take() {
@@ -204,7 +209,11 @@ fn restored_coordinator(
 }
 
 /// What the driver needs to know of the job.
-fn driver_setup(graph: &JobGraph, config: &ExecutionConfig) -> DriverSetup {
+fn driver_setup(
+    graph: &JobGraph,
+    config: &ExecutionConfig,
+    sources: Vec<SubtaskId>,
+) -> DriverSetup {
     DriverSetup {
         job: JobId::from_name(&graph.name),
         job_name: graph.name.clone(),
@@ -218,7 +227,7 @@ fn driver_setup(graph: &JobGraph, config: &ExecutionConfig) -> DriverSetup {
                 parallelism: n.parallelism,
             })
             .collect(),
-        sources: subtask_ids(graph).0,
+        sources,
         checkpoint_timeout: config.checkpoint.timeout,
         savepoint_dir: config.savepoint_dir.clone(),
     }

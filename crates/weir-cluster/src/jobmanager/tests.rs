@@ -39,22 +39,32 @@ fn register(
         let mut client = JobManagerClient::connect(format!("http://{address}"))
             .await
             .unwrap();
-        let register = FromTaskManager {
-            kind: Some(from_task_manager::Kind::Register(Register {
-                task_manager_id: id.into(),
-                slots: 4,
-                data_address: "127.0.0.1:1".into(),
-            })),
-        };
-        let mut request = Request::new(tokio_stream::iter(vec![register]));
-        if let Some(c) = credential {
-            request
-                .metadata_mut()
-                .insert(AUTH_HEADER, c.parse().unwrap());
-        }
+        let request = registration(id, credential);
         let mut session = client.session(request).await?.into_inner();
         Ok(session.message().await?.expect("a first message"))
     })
+}
+
+/// A session's first message, registering task manager `id` with 4 slots, with `credential`
+/// in the auth header if given.
+fn registration(
+    id: &str,
+    credential: Option<&str>,
+) -> Request<tokio_stream::Iter<std::vec::IntoIter<FromTaskManager>>> {
+    let register = FromTaskManager {
+        kind: Some(from_task_manager::Kind::Register(Register {
+            task_manager_id: id.into(),
+            slots: 4,
+            data_address: "127.0.0.1:1".into(),
+        })),
+    };
+    let mut request = Request::new(tokio_stream::iter(vec![register]));
+    if let Some(c) = credential {
+        request
+            .metadata_mut()
+            .insert(AUTH_HEADER, c.parse().unwrap());
+    }
+    request
 }
 
 fn registered(jm: &JobManager) -> Vec<String> {
@@ -193,19 +203,7 @@ fn register_over_tls_with(
             .await
             .map_err(|e| format!("connect: {e:?}"))?;
         let mut client = JobManagerClient::new(channel);
-        let register = FromTaskManager {
-            kind: Some(from_task_manager::Kind::Register(Register {
-                task_manager_id: id.into(),
-                slots: 4,
-                data_address: "127.0.0.1:1".into(),
-            })),
-        };
-        let mut request = Request::new(tokio_stream::iter(vec![register]));
-        if let Some(c) = credential {
-            request
-                .metadata_mut()
-                .insert(AUTH_HEADER, c.parse().unwrap());
-        }
+        let request = registration(id, credential);
         let mut session = client
             .session(request)
             .await

@@ -105,6 +105,9 @@ pub fn settle(
     }
     if claim.snapshot.join(METADATA_FILE).exists() {
         discard_claimed(&claim.snapshot)?;
+    } else if claim.snapshot.is_dir() {
+        // A deletion cut short: the shared files went first, `_metadata` with the directory.
+        fs::remove_dir_all(&claim.snapshot).map_err(|e| StorageError::io(&claim.snapshot, e))?;
     }
     storage.io.delete(CLAIM_FILE)?;
     Ok(Some(claim.snapshot))

@@ -291,6 +291,22 @@ fn a_claimed_checkpoint_is_deleted_without_the_shared_files_its_neighbours_still
     assert!(ck1.path().join("job").join(&a.path).exists());
     old.verify(CheckpointId(4)).unwrap();
     assert_eq!(weir_storage::claim::pending(&new).unwrap(), None);
+    // A deletion cut short after `_metadata` went: the rest of the directory goes too.
+    let torn = ck1.path().join("job").join("chk-4");
+    std::fs::remove_file(torn.join("_metadata")).unwrap();
+    weir_storage::claim::record(
+        &new,
+        &weir_storage::claim::Claim {
+            snapshot: torn.clone(),
+            first_checkpoint: CheckpointId(6),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        weir_storage::claim::settle(&new, CheckpointId(6)).unwrap(),
+        Some(torn.clone())
+    );
+    assert!(!torn.exists());
     // Settled once: a later checkpoint finds nothing to do.
     assert_eq!(
         weir_storage::claim::settle(&new, CheckpointId(7)).unwrap(),

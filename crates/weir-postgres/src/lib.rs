@@ -10,10 +10,12 @@
 //!
 //! Connections are given as URLs ([`PgUrl`]), which are never printed with their password.
 
+mod cdc;
 mod error;
 mod url;
 mod value;
 
+pub use cdc::PostgresCdcSource;
 pub use error::PgError;
 pub use url::PgUrl;
 pub use value::{Change, Row, RowKind, Value};

@@ -53,7 +53,8 @@ impl TableSchema {
         let rows = client
             .query(
                 "SELECT a.attname::text, a.atttypid::oid, \
-                        COALESCE(array_position(i.indkey::int2[], a.attnum), 0)::int4 \
+                        COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(att, n) \
+                                  WHERE k.att = a.attnum), 0)::int4 \
                  FROM pg_attribute a \
                  JOIN pg_class c ON c.oid = a.attrelid \
                  JOIN pg_namespace n ON n.oid = c.relnamespace \

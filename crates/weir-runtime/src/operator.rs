@@ -59,6 +59,10 @@ pub trait SourceFunction<T>: Send + 'static {
     ) -> Result<(), TaskError>;
     /// Appends up to `max` records to `batch`.
     fn poll_batch(&mut self, batch: &mut Vec<T>, max: usize) -> Result<SourceStatus, TaskError>;
+    /// Called just before [`snapshot_position`](Self::snapshot_position) with the checkpoint
+    /// it is for: a source that acts when a checkpoint completes (acknowledging its position
+    /// to an external system) remembers which position belongs to which checkpoint.
+    fn snapshot_started(&mut self, _checkpoint: CheckpointId) {}
     /// The read position, as list-state elements (redistributed round-robin on rescale).
     /// Called between batches, right after the barrier was emitted.
     ///

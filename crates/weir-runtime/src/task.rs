@@ -404,6 +404,7 @@ where
             // The position is taken right after the barrier: everything before it was emitted.
             out.barrier(barrier)?;
             let sync_start = Instant::now();
+            source.snapshot_started(barrier.id);
             let snapshot = source_snapshot(source);
             rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier));
             if finish.is_some() {

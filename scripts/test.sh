@@ -11,6 +11,12 @@
 # tests in WEIR_TEST_ZK; WEIR_ZK_DIR holds its state, so a test can stop and start it with the
 # same script and keep its data. The ZooKeeper tests fail (they do not skip) without it.
 #
+# The PostgreSQL connectors are tested against a real server: scripts/postgres.sh installs
+# Debian's package if missing, runs initdb into a temporary directory and starts a server on a
+# free loopback port (wal_level=logical, prepared transactions on), announced to the tests in
+# WEIR_TEST_PG (a postgres:// URL); WEIR_PG_DIR holds its state, so a test can stop and start
+# it with the same script. The PostgreSQL tests fail (they do not skip) without it.
+#
 # The REST tests drive Debian's Chromium and Flink's own command line (apache-flink on PyPI):
 # scripts/install-test-tools.sh installs both if missing. Those tests fail without them.
 set -euo pipefail
@@ -42,7 +48,14 @@ stop_zookeeper() {
     rm -rf "$zk_dir"
   fi
 }
-trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"; stop_zookeeper' EXIT
+pg_dir=
+stop_postgres() {
+  if [ -n "$pg_dir" ]; then
+    WEIR_PG_DIR="$pg_dir" scripts/postgres.sh stop || true
+    rm -rf "$pg_dir"
+  fi
+}
+trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"; stop_zookeeper; stop_postgres' EXIT
 
 endpoint="http://127.0.0.1:$port"
 bucket=weir-test
@@ -66,6 +79,13 @@ export WEIR_ZK_DIR="$zk_dir"
 WEIR_TEST_ZK=$(scripts/zookeeper.sh start)
 export WEIR_TEST_ZK
 echo "scripts/test.sh: ZooKeeper at $WEIR_TEST_ZK (state in $WEIR_ZK_DIR)" >&2
+
+scripts/postgres.sh install
+pg_dir=$(mktemp -d -t weir-pg.XXXXXX)
+export WEIR_PG_DIR="$pg_dir"
+WEIR_TEST_PG=$(scripts/postgres.sh start)
+export WEIR_TEST_PG
+echo "scripts/test.sh: PostgreSQL at ${WEIR_TEST_PG%%:weir@*}:***@${WEIR_TEST_PG#*@} (state in $WEIR_PG_DIR)" >&2
 
 scripts/install-test-tools.sh
 

@@ -10,6 +10,7 @@
 //!
 //! Connections are given as URLs ([`PgUrl`]), which are never printed with their password.
 
+pub mod admin;
 mod cdc;
 mod error;
 mod url;
@@ -18,6 +19,7 @@ mod value;
 pub use cdc::PostgresCdcSource;
 pub use error::PgError;
 pub use url::PgUrl;
+pub use rust_decimal::Decimal;
 pub use value::{Change, Row, RowKind, Value};
 
 mod runtime;

@@ -19,6 +19,8 @@ pub(crate) struct TableSchema {
 pub(crate) struct Column {
     pub name: String,
     pub oid: u32,
+    /// The type's name, as `format_type` prints it (`numeric(12,2)`, `bigint`).
+    pub type_name: String,
     pub kind: Kind,
 }
 
@@ -52,7 +54,7 @@ impl TableSchema {
         let display = format!("{schema}.{name}");
         let rows = client
             .query(
-                "SELECT a.attname::text, a.atttypid::oid, \
+                "SELECT a.attname::text, a.atttypid::oid, format_type(a.atttypid, a.atttypmod), \
                         COALESCE((SELECT k.n FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(att, n) \
                                   WHERE k.att = a.attnum), 0)::int4 \
                  FROM pg_attribute a \
@@ -76,7 +78,8 @@ impl TableSchema {
         for (i, row) in rows.iter().enumerate() {
             let column: String = row.get(0);
             let oid: u32 = row.get(1);
-            let key_position: i32 = row.get(2);
+            let type_name: String = row.get(2);
+            let key_position: i32 = row.get(3);
             let kind = Kind::of(oid, &display, &column)?;
             if key_position > 0 {
                 key.push((key_position, i));
@@ -84,6 +87,7 @@ impl TableSchema {
             columns.push(Column {
                 name: column,
                 oid,
+                type_name,
                 kind,
             });
         }

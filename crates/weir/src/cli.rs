@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use crate::bench::BenchArgs;
 use crate::checkpoints::CheckpointsCommand;
 use crate::demo::DemoArgs;
+use crate::pg_replicate::PgReplicateArgs;
 use crate::spend_windows::SpendWindowsArgs;
 use crate::wordcount::WordcountArgs;
 
@@ -80,4 +81,8 @@ pub enum RunCommand {
     /// once: a line `user<TAB>window start<TAB>spend<TAB>purchases` per window, in committed
     /// files of the output directory.
     SpendWindows(SpendWindowsArgs),
+    /// Replicate a PostgreSQL orders table into running totals per customer, exactly once:
+    /// reads the table's snapshot and changes (logical replication) and upserts each
+    /// customer's total and order count into a table of another database.
+    PgReplicate(Box<PgReplicateArgs>),
 }

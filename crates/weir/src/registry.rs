@@ -7,6 +7,7 @@ use clap::Parser;
 use crate::bench::keyed_count::KeyedCountArgs;
 use crate::bench::{BenchArgs, BenchSuite};
 use crate::cli::{Cli, Command, RunCommand};
+use crate::pg_replicate::PgReplicateArgs;
 use crate::runnable::{ClusterJob, Runnable};
 use crate::spend_windows::SpendWindowsArgs;
 use crate::wordcount::WordcountArgs;
@@ -40,6 +41,14 @@ pub const JOBS: &[RunnableJob] = &[
         on_cluster: false,
         take: |command| match *command {
             Command::Run(RunCommand::SpendWindows(args)) => Ok(Box::<SpendWindowsArgs>::new(args)),
+            other => Err(Box::new(other)),
+        },
+    },
+    RunnableJob {
+        name: "run pg-replicate",
+        on_cluster: false,
+        take: |command| match *command {
+            Command::Run(RunCommand::PgReplicate(args)) => Ok(Box::<PgReplicateArgs>::new(*args)),
             other => Err(Box::new(other)),
         },
     },

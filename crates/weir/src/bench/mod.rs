@@ -8,6 +8,7 @@ mod alternate;
 mod checkpoint;
 pub mod keyed_count;
 mod nexmark;
+mod postgres;
 mod process;
 pub mod suite;
 
@@ -66,12 +67,15 @@ pub enum BenchSuite {
     Nexmark(nexmark::NexmarkArgs),
     /// The simplest stateful job: count and sum per key.
     KeyedCount(keyed_count::KeyedCountArgs),
+    /// The PostgreSQL sink (exactly-once) and CDC source against a plain COPY and INSERT.
+    Postgres(postgres::PostgresBenchArgs),
 }
 
 pub fn run(mut args: BenchArgs) -> Result<(), CliError> {
     match args.suite.take() {
         Some(BenchSuite::Nexmark(args)) => return nexmark::run(args),
         Some(BenchSuite::KeyedCount(args)) => return keyed_count::run(args),
+        Some(BenchSuite::Postgres(args)) => return postgres::run(args),
         None => {}
     }
     if args.target == "checkpoint" {

@@ -7,5 +7,6 @@ mod cluster;
 mod common;
 mod demo;
 mod kill_and_resume;
+mod pg_replicate;
 mod restore_matrix;
 mod soak;

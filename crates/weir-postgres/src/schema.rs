@@ -50,10 +50,12 @@ impl TableSchema {
     ) -> Result<TableSchema, PgError> {
         let (schema, name) = split_name(table)?;
         let display = format!("{schema}.{name}");
+        // An int2vector's subscripts start at 0: the key position counts from its lower bound.
         let rows = client
             .query(
                 "SELECT a.attname::text, a.atttypid::oid, \
-                        COALESCE(array_position(i.indkey::int2[], a.attnum), 0)::int4 \
+                        COALESCE(array_position(i.indkey::int2[], a.attnum) \
+                                 - array_lower(i.indkey::int2[], 1) + 1, 0)::int4 \
                  FROM pg_attribute a \
                  JOIN pg_class c ON c.oid = a.attrelid \
                  JOIN pg_namespace n ON n.oid = c.relnamespace \

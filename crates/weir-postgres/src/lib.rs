@@ -11,10 +11,12 @@
 //! Connections are given as URLs ([`PgUrl`]), which are never printed with their password.
 
 mod error;
+mod sink;
 mod url;
 mod value;
 
 pub use error::PgError;
+pub use sink::{DeliveryGuarantee, PostgresSink};
 pub use url::PgUrl;
 pub use value::{Change, Row, RowKind, Value};
 

@@ -69,14 +69,12 @@
 
 mod buffer;
 mod connection;
+mod guarantee;
 mod target;
 mod transactions;
 
 #[cfg(test)]
 mod tests;
-
-use std::fmt;
-use std::str::FromStr;
 
 use bytes::BytesMut;
 use weir_core::CheckpointId;
@@ -85,6 +83,7 @@ use weir_runtime::{OperatorContext, TaskError};
 
 use self::buffer::RowBuffer;
 use self::connection::Connection;
+pub use self::guarantee::DeliveryGuarantee;
 use self::target::{Target, WriteMode};
 use self::transactions::{StateEntry, TransactionNames};
 use crate::error::PgError;
@@ -93,45 +92,8 @@ use crate::schema::TableSchema;
 use crate::url::PgUrl;
 use crate::value::Row;
 
-/// What the sink promises about each row after failures, in Flink's terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeliveryGuarantee {
-    /// Rows may be lost or repeated.
-    None,
-    /// Every row is written at least once: a checkpoint covers every row before its barrier.
-    AtLeastOnce,
-    /// Every row is written once: rows commit with the checkpoint that covers them.
-    ExactlyOnce,
-}
-
-impl FromStr for DeliveryGuarantee {
-    type Err = PgError;
-
-    /// `none`, `at-least-once` or `exactly-once`.
-    fn from_str(s: &str) -> Result<DeliveryGuarantee, PgError> {
-        match s {
-            "none" => Ok(DeliveryGuarantee::None),
-            "at-least-once" => Ok(DeliveryGuarantee::AtLeastOnce),
-            "exactly-once" => Ok(DeliveryGuarantee::ExactlyOnce),
-            _ => Err(PgError::Config(format!(
-                "delivery guarantee `{s}`: expected none, at-least-once or exactly-once"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for DeliveryGuarantee {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeliveryGuarantee::None => "none",
-            DeliveryGuarantee::AtLeastOnce => "at-least-once",
-            DeliveryGuarantee::ExactlyOnce => "exactly-once",
-        })
-    }
-}
-
 /// The default number of rows per write (per `COPY` outside exactly-once, per upsert statement).
-pub const DEFAULT_BATCH_SIZE: usize = 4096;
+pub(crate) const DEFAULT_BATCH_SIZE: usize = 4096;
 
 /// Writes [`Row`]s into a PostgreSQL table. Configure it, then hand it to the job; each
 /// subtask opens its own clone.
@@ -225,7 +187,7 @@ impl PostgresSink {
         self
     }
 
-    /// Rows per write (default [`DEFAULT_BATCH_SIZE`]).
+    /// Rows per write (default 4096): per `COPY` or upsert statement.
     pub fn batch_size(mut self, rows: usize) -> PostgresSink {
         self.config.batch_size = rows;
         self

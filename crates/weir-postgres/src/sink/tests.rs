@@ -387,3 +387,29 @@ fn upsert_without_every_key_column_or_append_into_a_missing_column_is_refused_on
     assert!(matches!(err, TaskError::BadInput(_)), "{err:?}");
     assert!(err.to_string().contains("has no column nope"), "{err}");
 }
+
+#[test]
+fn upsert_by_a_key_of_several_columns_in_another_order_than_the_tables() {
+    let url = fresh_database("composite_key");
+    execute(
+        &url,
+        "CREATE TABLE stock (item bigint, amount bigint, site text, PRIMARY KEY (site, item))",
+    );
+    let mut sink = opened(&PostgresSink::new(url.clone(), "stock"), 0, None);
+    let row = |item: i64, amount: i64, site: &str| {
+        vec![
+            Value::Int(item),
+            Value::Int(amount),
+            Value::Text(site.into()),
+        ]
+    };
+    sink.write_batch(vec![row(1, 5, "a"), row(1, 6, "b"), row(1, 7, "a")])
+        .unwrap();
+    sink.snapshot(CheckpointId(1)).unwrap();
+    sink.write_batch(vec![row(1, 8, "b")]).unwrap();
+    sink.finish().unwrap();
+    assert_eq!(
+        query(&url, "SELECT site, amount FROM stock ORDER BY site"),
+        rows(&[("a", "7"), ("b", "8")])
+    );
+}

@@ -13,11 +13,13 @@
 pub mod admin;
 mod cdc;
 mod error;
+mod sink;
 mod url;
 mod value;
 
 pub use cdc::PostgresCdcSource;
 pub use error::PgError;
+pub use sink::{DeliveryGuarantee, PostgresSink};
 pub use url::PgUrl;
 pub use rust_decimal::Decimal;
 pub use value::{Change, Row, RowKind, Value};

@@ -52,6 +52,7 @@ impl TableSchema {
     ) -> Result<TableSchema, PgError> {
         let (schema, name) = split_name(table)?;
         let display = format!("{schema}.{name}");
+        // The key position is counted by ordinality: an int2vector's subscripts start at 0.
         let rows = client
             .query(
                 "SELECT a.attname::text, a.atttypid::oid, format_type(a.atttypid, a.atttypmod), \

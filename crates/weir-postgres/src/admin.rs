@@ -3,7 +3,7 @@
 
 use crate::error::PgError;
 use crate::runtime::new_runtime;
-use crate::schema::{split_name, quote, TableSchema};
+use crate::schema::{quote, split_name, TableSchema};
 use crate::url::PgUrl;
 
 /// Runs `sql` (one or more statements) on `url`.

@@ -19,9 +19,9 @@ mod value;
 
 pub use cdc::PostgresCdcSource;
 pub use error::PgError;
+pub use rust_decimal::Decimal;
 pub use sink::{DeliveryGuarantee, PostgresSink};
 pub use url::PgUrl;
-pub use rust_decimal::Decimal;
 pub use value::{Change, Row, RowKind, Value};
 
 mod runtime;

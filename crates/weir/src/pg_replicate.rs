@@ -235,7 +235,10 @@ pub fn run(args: PgReplicateArgs) -> Result<(), CliError> {
         .key_by(|d: &Delta| d.customer)
         .process("totals", Totals)
         .uid("totals");
-    totals.forward().sink("order-totals", sink).uid("order-totals");
+    totals
+        .forward()
+        .sink("order-totals", sink)
+        .uid("order-totals");
     let graph = env.build()?;
 
     let stop = StopHandle::new();
@@ -307,6 +310,8 @@ impl Runnable for PgReplicateArgs {
     }
 
     fn on_cluster(self: Box<Self>) -> Result<Box<dyn ClusterJob>, CliError> {
-        Err(CliError::usage("`run pg-replicate` runs in one process only"))
+        Err(CliError::usage(
+            "`run pg-replicate` runs in one process only",
+        ))
     }
 }

@@ -84,7 +84,7 @@ use weir_runtime::{OperatorContext, TaskError};
 use self::buffer::RowBuffer;
 use self::connection::Connection;
 pub use self::guarantee::DeliveryGuarantee;
-use self::target::{Target, WriteMode};
+pub(crate) use self::target::{Target, WriteMode};
 use self::transactions::{StateEntry, TransactionNames};
 use crate::error::PgError;
 use crate::runtime::new_runtime;

@@ -51,12 +51,15 @@ pub struct PostgresBenchArgs {
     pub json: bool,
 }
 
-const TABLE: &str = "(id bigint PRIMARY KEY, customer bigint NOT NULL, amount numeric(12,2) NOT NULL)";
+const TABLE: &str =
+    "(id bigint PRIMARY KEY, customer bigint NOT NULL, amount numeric(12,2) NOT NULL)";
 
 pub fn run(args: PostgresBenchArgs) -> Result<(), CliError> {
     let url = PgUrl::parse(&args.url).map_err(|e| CliError::usage(format!("--url: {e}")))?;
     if args.rows == 0 || args.parallelism == 0 {
-        return Err(CliError::usage("--rows and --parallelism must be at least 1"));
+        return Err(CliError::usage(
+            "--rows and --parallelism must be at least 1",
+        ));
     }
     let sql = |s: &str| admin::execute(&url, s).map_err(|e| CliError::usage(e.to_string()));
     sql(&format!(
@@ -97,10 +100,14 @@ pub fn run(args: PostgresBenchArgs) -> Result<(), CliError> {
             .append()
             .guarantee(DeliveryGuarantee::ExactlyOnce)
             .transaction_prefix("weir-bench");
-        sink.validate().map_err(|e| CliError::usage(e.to_string()))?;
+        sink.validate()
+            .map_err(|e| CliError::usage(e.to_string()))?;
         env.source(
             "events",
-            SplitTagged(EventGenerator::new(7, 10_000).with_limit(rows_per_subtask), 0),
+            SplitTagged(
+                EventGenerator::new(7, 10_000).with_limit(rows_per_subtask),
+                0,
+            ),
         )
         .map("rows", |(split, e): (u32, Event)| row(&e, split))
         .forward()
@@ -171,11 +178,19 @@ fn row(event: &Event, split: u32) -> Vec<PgValue> {
 struct SplitTagged(EventGenerator, u32);
 
 impl SourceFunction<(u32, Event)> for SplitTagged {
-    fn open(&mut self, ctx: &OperatorContext, restored: Option<Vec<Vec<u8>>>) -> Result<(), TaskError> {
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: Option<Vec<Vec<u8>>>,
+    ) -> Result<(), TaskError> {
         self.1 = ctx.index;
         self.0.open(ctx, restored)
     }
-    fn poll_batch(&mut self, batch: &mut Vec<(u32, Event)>, max: usize) -> Result<SourceStatus, TaskError> {
+    fn poll_batch(
+        &mut self,
+        batch: &mut Vec<(u32, Event)>,
+        max: usize,
+    ) -> Result<SourceStatus, TaskError> {
         let mut events = Vec::with_capacity(max);
         let status = self.0.poll_batch(&mut events, max)?;
         let split = self.1;
@@ -199,7 +214,8 @@ fn count(url: &PgUrl, table: &str) -> Result<u64, CliError> {
 
 fn tempfile_dir() -> Result<std::path::PathBuf, CliError> {
     let dir = std::env::temp_dir().join(format!("weir-bench-postgres-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::usage(format!("{}: {e}", dir.display())))?;
     Ok(dir)
 }
 
@@ -271,11 +287,15 @@ fn cdc_job(
     }
     let last = Instant::now();
     stop.cancel();
-    let result = job.join().map_err(|_| CliError::usage("the CDC job panicked"))?;
+    let result = job
+        .join()
+        .map_err(|_| CliError::usage("the CDC job panicked"))?;
     result?;
     let got = seen.load(Ordering::Relaxed);
     if got < expect {
-        return Err(CliError::usage(format!("the CDC job read {got} changes, expected {expect}")));
+        return Err(CliError::usage(format!(
+            "the CDC job read {got} changes, expected {expect}"
+        )));
     }
     let first = first.lock().expect("not poisoned").unwrap_or(last);
     admin::execute(url, "SELECT pg_drop_replication_slot('weir_bench')")
@@ -289,23 +309,51 @@ fn slot_exists(url: &PgUrl) -> Result<bool, CliError> {
         "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'weir_bench' AND active",
     )
     .map_err(|e| CliError::usage(e.to_string()))?;
-    Ok(rows.first().and_then(|r| r.first()).is_some_and(|v| v == "1"))
+    Ok(rows
+        .first()
+        .and_then(|r| r.first())
+        .is_some_and(|v| v == "1"))
 }
 
-fn cdc_stream(url: &PgUrl, scratch: &std::path::Path, rows: u64, interval: Duration) -> Result<(f64, f64), CliError> {
-    cdc_job(url, scratch, "bench-postgres-cdc-stream", rows, interval, || {
-        let started = Instant::now();
-        admin::execute(
+fn cdc_stream(
+    url: &PgUrl,
+    scratch: &std::path::Path,
+    rows: u64,
+    interval: Duration,
+) -> Result<(f64, f64), CliError> {
+    cdc_job(
+        url,
+        scratch,
+        "bench-postgres-cdc-stream",
+        rows,
+        interval,
+        || {
+            let started = Instant::now();
+            admin::execute(
             url,
             &format!(
                 "INSERT INTO weir_bench_cdc SELECT g, g % 10000, (g % 10000)::numeric / 100 FROM generate_series(1, {rows}) g"
             ),
         )
         .map_err(|e| CliError::usage(e.to_string()))?;
-        Ok(started.elapsed().as_secs_f64())
-    })
+            Ok(started.elapsed().as_secs_f64())
+        },
+    )
 }
 
-fn cdc_snapshot(url: &PgUrl, scratch: &std::path::Path, rows: u64, interval: Duration) -> Result<f64, CliError> {
-    cdc_job(url, scratch, "bench-postgres-cdc-snapshot", rows, interval, || Ok(0.0)).map(|(_, s)| s)
+fn cdc_snapshot(
+    url: &PgUrl,
+    scratch: &std::path::Path,
+    rows: u64,
+    interval: Duration,
+) -> Result<f64, CliError> {
+    cdc_job(
+        url,
+        scratch,
+        "bench-postgres-cdc-snapshot",
+        rows,
+        interval,
+        || Ok(0.0),
+    )
+    .map(|(_, s)| s)
 }

@@ -14,8 +14,9 @@ use crate::common::{completed_checkpoints, random_below, run_in, text, weir};
 
 /// The server's URL, as `scripts/test.sh` exports it.
 fn server() -> String {
-    std::env::var("WEIR_TEST_PG")
-        .expect("WEIR_TEST_PG is not set: run the tests with scripts/test.sh, which starts PostgreSQL")
+    std::env::var("WEIR_TEST_PG").expect(
+        "WEIR_TEST_PG is not set: run the tests with scripts/test.sh, which starts PostgreSQL",
+    )
 }
 
 /// `url` with its database replaced by `database`.
@@ -28,7 +29,17 @@ fn database_url(database: &str) -> String {
 /// Runs SQL through `psql` and returns its unaligned output (`|` between columns).
 fn psql(url: &str, sql: &str) -> String {
     let out = Command::new("psql")
-        .args([url, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .args([
+            url,
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
         .output()
         .expect("run psql (Debian's postgresql-client)");
     assert!(
@@ -51,7 +62,10 @@ impl Databases {
         let name = format!("{test}_{}", std::process::id());
         let admin = server();
         for db in [format!("{name}_src"), format!("{name}_dst")] {
-            psql(&admin, &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+            psql(
+                &admin,
+                &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
+            );
             psql(&admin, &format!("CREATE DATABASE {db}"));
         }
         let source = database_url(&format!("{name}_src"));
@@ -124,7 +138,15 @@ impl Databases {
              END $$;"
         );
         Command::new("psql")
-            .args([&self.source, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", &sql])
+            .args([
+                &self.source,
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                &sql,
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -280,8 +302,12 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
     let dbs = Databases::new("pg_failures", 30_000);
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("ck");
-    let mut args = dbs.args(&checkpoints, 2);
-    let mut job = spawn(dir.path(), &args, &[("WEIR_INJECT_FAILURES", "totals:1500ms")]);
+    let args = dbs.args(&checkpoints, 2);
+    let mut job = spawn(
+        dir.path(),
+        &args,
+        &[("WEIR_INJECT_FAILURES", "totals:1500ms")],
+    );
     let mut writer = dbs.writer(4_000);
     wait_for_checkpoints(&checkpoints, &mut job, 3);
     writer.wait().unwrap();
@@ -289,10 +315,18 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
     // restart strategy retries until the server answers, and the job carries on.
     let pg_dir = std::env::var("WEIR_PG_DIR").expect("WEIR_PG_DIR (set by scripts/test.sh)");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
-    let stop = Command::new(&script).arg("stop").env("WEIR_PG_DIR", &pg_dir).status().unwrap();
+    let stop = Command::new(&script)
+        .arg("stop")
+        .env("WEIR_PG_DIR", &pg_dir)
+        .status()
+        .unwrap();
     assert!(stop.success());
     std::thread::sleep(Duration::from_secs(2));
-    let start = Command::new(&script).arg("start").env("WEIR_PG_DIR", &pg_dir).output().unwrap();
+    let start = Command::new(&script)
+        .arg("start")
+        .env("WEIR_PG_DIR", &pg_dir)
+        .output()
+        .unwrap();
     assert!(start.status.success(), "{}", text(&start.stderr));
     let mut writer = dbs.writer(4_000);
     assert!(writer.wait().unwrap().success(), "the writer failed");
@@ -337,7 +371,13 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
             );
             assert!(out.status.success(), "weir stop: {}", text(&out.stderr));
             assert!(job.wait().unwrap().success());
-            PathBuf::from(text(&out.stdout).trim().rsplit("savepoint: ").next().unwrap())
+            PathBuf::from(
+                text(&out.stdout)
+                    .trim()
+                    .rsplit("savepoint: ")
+                    .next()
+                    .unwrap(),
+            )
         }
         Start::Retained => {
             let mut job = spawn(dir.path(), &dbs.args(&ck1, from), &[]);
@@ -359,9 +399,15 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
     assert!(writer.wait().unwrap().success(), "the writer failed");
     dbs.stop_and_check(dir.path(), job);
     if claim {
-        assert!(!snapshot.join("_metadata").exists(), "a claimed snapshot outlived the job's checkpoints");
+        assert!(
+            !snapshot.join("_metadata").exists(),
+            "a claimed snapshot outlived the job's checkpoints"
+        );
     } else {
-        assert!(snapshot.join("_metadata").exists(), "an unclaimed snapshot was deleted");
+        assert!(
+            snapshot.join("_metadata").exists(),
+            "an unclaimed snapshot was deleted"
+        );
     }
 }
 

@@ -356,6 +356,19 @@ mod tests {
     }
 
     #[test]
+    fn values_round_trip_through_postcard_as_state_and_channels_carry_them() {
+        // Decimal's default serde needs a self-describing format; Weir's is postcard.
+        let row = vec![
+            Value::Numeric(Decimal::new(-12345, 2)),
+            Value::Text("x".into()),
+            Value::Null,
+            Value::Uuid([7; 16]),
+        ];
+        let bytes = postcard::to_stdvec(&row).unwrap();
+        assert_eq!(postcard::from_bytes::<Row>(&bytes).unwrap(), row);
+    }
+
+    #[test]
     fn an_unreadable_value_or_type_is_an_error_naming_it() {
         assert!(Kind::Int.parse("x1").unwrap_err().contains("`x1`"));
         assert!(Kind::Numeric.parse("NaN").unwrap_err().contains("`NaN`"));

@@ -20,10 +20,53 @@ fn server() -> String {
 }
 
 /// `url` with its database replaced by `database`.
-fn database_url(database: &str) -> String {
-    let url = server();
+fn database_url(url: &str, database: &str) -> String {
     let base = url.rsplit_once('/').expect("a database in the URL").0;
     format!("{base}/{database}")
+}
+
+/// A PostgreSQL server of a test's own (for a test that stops and starts it while the shared
+/// one serves other tests), through `scripts/postgres.sh`; stopped and removed when dropped.
+struct OwnServer {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl OwnServer {
+    fn start() -> OwnServer {
+        let dir = tempfile::tempdir().unwrap();
+        let url = OwnServer::script(dir.path(), "start");
+        OwnServer { dir, url }
+    }
+
+    fn script(dir: &Path, command: &str) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
+        let out = Command::new(script)
+            .arg(command)
+            .env("WEIR_PG_DIR", dir)
+            .output()
+            .expect("run scripts/postgres.sh");
+        assert!(
+            out.status.success(),
+            "postgres.sh {command}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout).trim().to_string()
+    }
+
+    fn stop(&self) {
+        OwnServer::script(self.dir.path(), "stop");
+    }
+
+    fn start_again(&self) {
+        OwnServer::script(self.dir.path(), "start");
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        OwnServer::script(self.dir.path(), "stop");
+    }
 }
 
 /// Runs SQL through `psql` and returns its unaligned output (`|` between columns).
@@ -59,16 +102,17 @@ struct Databases {
 
 impl Databases {
     fn new(test: &str, orders: u32) -> Databases {
+        Databases::on(&server(), test, orders)
+    }
+
+    /// The databases on the server at `admin`.
+    fn on(admin: &str, test: &str, orders: u32) -> Databases {
         let name = format!("{test}_{}", std::process::id());
-        let admin = server();
         for db in [format!("{name}_src"), format!("{name}_dst")] {
-            psql(
-                &admin,
-                &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
-            );
-            psql(&admin, &format!("CREATE DATABASE {db}"));
+            psql(admin, &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+            psql(admin, &format!("CREATE DATABASE {db}"));
         }
-        let source = database_url(&format!("{name}_src"));
+        let source = database_url(admin, &format!("{name}_src"));
         psql(
             &source,
             &format!(
@@ -78,7 +122,7 @@ impl Databases {
             ),
         );
         Databases {
-            sink: database_url(&format!("{name}_dst")),
+            sink: database_url(admin, &format!("{name}_dst")),
             source,
             name,
         }
@@ -180,19 +224,34 @@ impl Databases {
     }
 
     /// Waits until the totals equal the aggregate (the job catches up), or fails after 90 s.
-    fn assert_converges(&self, job: &mut Child) {
+    fn assert_converges(&self, dir: &Path, job: &mut Child) {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let (expected, actual) = (self.expected(), self.actual());
             if expected == actual {
                 return;
             }
+            let log = || std::fs::read_to_string(dir.join("job.log")).unwrap_or_default();
             if let Some(status) = job.try_wait().unwrap() {
-                panic!("the job ended ({status}) before the totals matched");
+                panic!(
+                    "the job ended ({status}) before the totals matched: {}",
+                    log()
+                );
             }
             if Instant::now() > deadline {
                 let _ = job.kill();
-                panic!("totals never matched the orders:\nexpected\n{expected}\nactual\n{actual}");
+                let differ: Vec<String> = expected
+                    .lines()
+                    .zip(actual.lines())
+                    .filter(|(e, a)| e != a)
+                    .map(|(e, a)| format!("{e} ≠ {a}"))
+                    .collect();
+                panic!(
+                    "totals never matched the orders (expected ≠ actual: {differ:?}; {} lines ≠ {} lines)\njob log:\n{}",
+                    expected.lines().count(),
+                    actual.lines().count(),
+                    log()
+                );
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -201,7 +260,7 @@ impl Databases {
     /// Stops the job with SIGINT (a final checkpoint commits its last transaction) and checks
     /// that it left no prepared transaction and the totals still match.
     fn stop_and_check(&self, dir: &Path, mut job: Child) {
-        self.assert_converges(&mut job);
+        self.assert_converges(dir, &mut job);
         // SAFETY: signalling a child process this test started and still owns.
         unsafe { libc::kill(job.id() as i32, libc::SIGINT) };
         let status = job.wait().unwrap();
@@ -233,6 +292,15 @@ impl Drop for Databases {
 
 /// Starts the job in `dir`; its log is appended to `dir/job.log`; its standard output is
 /// piped when it serves REST (to read the address), dropped otherwise.
+fn assert_writer_succeeds(writer: Child) {
+    let out = writer.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the writer failed: {}",
+        text(&out.stderr)
+    );
+}
+
 fn spawn(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -271,7 +339,7 @@ fn killed_five_times_while_a_writer_runs_the_totals_equal_the_orders_aggregate()
     let dbs = Databases::new("pg_kills", 60_000);
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("ck");
-    let mut writer = dbs.writer(15_000);
+    let writer = dbs.writer(15_000);
     let mut args = dbs.args(&checkpoints, 2);
     let mut kills = 0;
     while kills < 5 {
@@ -292,14 +360,15 @@ fn killed_five_times_while_a_writer_runs_the_totals_equal_the_orders_aggregate()
         }
     }
     let job = spawn(dir.path(), &args, &[]);
-    let status = writer.wait().unwrap();
-    assert!(status.success(), "the writer failed");
+    assert_writer_succeeds(writer);
     dbs.stop_and_check(dir.path(), job);
 }
 
 #[test]
 fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
-    let dbs = Databases::new("pg_failures", 30_000);
+    // A server of its own: the restart must not disturb the other tests.
+    let server = OwnServer::start();
+    let dbs = Databases::on(&server.url, "pg_failures", 30_000);
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("ck");
     let args = dbs.args(&checkpoints, 2);
@@ -308,29 +377,21 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
         &args,
         &[("WEIR_INJECT_FAILURES", "totals:1500ms")],
     );
-    let mut writer = dbs.writer(4_000);
+    let writer = dbs.writer(4_000);
     wait_for_checkpoints(&checkpoints, &mut job, 3);
-    writer.wait().unwrap();
+    assert_writer_succeeds(writer);
     // The server goes away mid-run (like a crash) and comes back: the attempt fails, the
     // restart strategy retries until the server answers, and the job carries on.
-    let pg_dir = std::env::var("WEIR_PG_DIR").expect("WEIR_PG_DIR (set by scripts/test.sh)");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");
-    let stop = Command::new(&script)
-        .arg("stop")
-        .env("WEIR_PG_DIR", &pg_dir)
-        .status()
-        .unwrap();
-    assert!(stop.success());
+    server.stop();
     std::thread::sleep(Duration::from_secs(2));
-    let start = Command::new(&script)
-        .arg("start")
-        .env("WEIR_PG_DIR", &pg_dir)
-        .output()
-        .unwrap();
-    assert!(start.status.success(), "{}", text(&start.stderr));
-    let mut writer = dbs.writer(4_000);
-    assert!(writer.wait().unwrap().success(), "the writer failed");
+    server.start_again();
+    assert_writer_succeeds(dbs.writer(4_000));
     dbs.stop_and_check(dir.path(), job);
+    let log = std::fs::read_to_string(dir.path().join("job.log")).unwrap();
+    assert!(
+        log.contains("restarting the job"),
+        "no attempt failed: {log}"
+    );
 }
 
 /// Where a restored run starts from.
@@ -349,11 +410,16 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
     );
     let dir = tempfile::tempdir().unwrap();
     let ck1 = dir.path().join("ck1");
-    let mut writer = dbs.writer(3_000);
+    let writer = dbs.writer(3_000);
     let snapshot: PathBuf = match start {
         Start::Savepoint => {
             let mut args = dbs.args(&ck1, from);
-            args.extend(["--rest-port".into(), "0".into()]);
+            args.extend([
+                "--rest-port".into(),
+                "0".into(),
+                "--savepoint-root".into(),
+                dir.path().join("savepoints").display().to_string(),
+            ]);
             let mut job = spawn(dir.path(), &args, &[]);
             let url = rest_url(&mut job);
             wait_for_checkpoints(&ck1, &mut job, 2);
@@ -396,7 +462,7 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
         if claim { "claim" } else { "no-claim" }.into(),
     ]);
     let job = spawn(dir.path(), &args, &[]);
-    assert!(writer.wait().unwrap().success(), "the writer failed");
+    assert_writer_succeeds(writer);
     dbs.stop_and_check(dir.path(), job);
     if claim {
         assert!(

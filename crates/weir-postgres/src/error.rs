@@ -3,8 +3,6 @@
 
 use weir_runtime::TaskError;
 
-use crate::url::PgUrl;
-
 #[derive(Debug, thiserror::Error)]
 pub enum PgError {
     /// A bad URL, option or table definition.
@@ -24,13 +22,6 @@ pub enum PgError {
 }
 
 impl PgError {
-    pub(crate) fn connect(url: &PgUrl, e: tokio_postgres::Error) -> PgError {
-        PgError::Connection {
-            url: url.to_string(),
-            message: describe(&e),
-        }
-    }
-
     /// Classifies a failed statement by its SQLSTATE: integrity violations (class 23) and data
     /// exceptions (class 22) are the data's fault; everything else may pass on a retry.
     pub(crate) fn statement(what: impl Into<String>, e: tokio_postgres::Error) -> PgError {
@@ -51,7 +42,7 @@ impl PgError {
 }
 
 /// The server's message with its detail, or the client's error.
-fn describe(e: &tokio_postgres::Error) -> String {
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => {
             let mut s = format!("{} (SQLSTATE {})", db.message(), db.code().code());

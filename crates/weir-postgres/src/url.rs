@@ -104,7 +104,10 @@ impl PgUrl {
             .sql_config()
             .connect(tokio_postgres::NoTls)
             .await
-            .map_err(|e| PgError::connect(self, e))?;
+            .map_err(|e| PgError::Connection {
+                url: self.to_string(),
+                message: crate::error::describe(&e),
+            })?;
         tokio::spawn(async move {
             // The client's calls report the connection's failure themselves.
             let _ = connection.await;

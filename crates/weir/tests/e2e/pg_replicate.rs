@@ -290,18 +290,11 @@ impl Drop for Databases {
     }
 }
 
-/// Starts the job in `dir`; its log is appended to `dir/job.log`; its standard output is
-/// piped when it serves REST (to read the address), dropped otherwise.
-fn assert_writer_succeeds(writer: Child) {
-    let out = writer.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the writer failed: {}",
-        text(&out.stderr)
-    );
-}
-
+/// Starts the job in `dir`; its log is appended to `dir/job.log`. Its standard output is
+/// piped when it serves REST on a port of its own (to read the address); otherwise it serves
+/// none (tests run side by side) and its output is dropped.
 fn spawn(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Child {
+    let rest = args.iter().any(|a| a == "--rest-port");
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -310,12 +303,9 @@ fn spawn(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Child {
     let mut command = weir();
     command
         .args(args)
+        .args(if rest { None } else { Some("--no-rest") })
         .current_dir(dir)
-        .stdout(if args.iter().any(|a| a == "--rest-port") {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdout(if rest { Stdio::piped() } else { Stdio::null() })
         .stderr(log);
     for (k, v) in env {
         command.env(k, v);
@@ -371,12 +361,10 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
     let dbs = Databases::on(&server.url, "pg_failures", 30_000);
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("ck");
-    let args = dbs.args(&checkpoints, 2);
-    let mut job = spawn(
-        dir.path(),
-        &args,
-        &[("WEIR_INJECT_FAILURES", "totals:1500ms")],
-    );
+    let mut args = dbs.args(&checkpoints, 2);
+    args.extend(["--rest-port".into(), "0".into()]);
+    let mut job = spawn(dir.path(), &args, &[("WEIR_INJECT_FAILURES", "totals:1500ms")]);
+    let rest = rest_url(&mut job);
     let writer = dbs.writer(4_000);
     wait_for_checkpoints(&checkpoints, &mut job, 3);
     assert_writer_succeeds(writer);
@@ -386,12 +374,31 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
     std::thread::sleep(Duration::from_secs(2));
     server.start_again();
     assert_writer_succeeds(dbs.writer(4_000));
+    // The failures the REST API reports name the server, never with its password.
+    let overview = http_get(&rest, "/jobs/overview");
+    let id = overview
+        .split("\"jid\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no job id in {overview}"));
+    let exceptions = http_get(&rest, &format!("/jobs/{id}/exceptions"));
+    assert!(exceptions.contains("200 OK"), "{exceptions}");
+    assert!(!exceptions.contains(":weir@"), "a password in the REST API: {exceptions}");
     dbs.stop_and_check(dir.path(), job);
     let log = std::fs::read_to_string(dir.path().join("job.log")).unwrap();
-    assert!(
-        log.contains("restarting the job"),
-        "no attempt failed: {log}"
-    );
+    assert!(log.contains("restarting the job"), "no attempt failed: {log}");
+    assert!(log.contains("weir:***@"), "the server's failure was not logged: {log}");
+}
+
+/// `GET path` from the REST API at `url` (`http://host:port/`): status line, headers, body.
+fn http_get(url: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
 }
 
 /// Where a restored run starts from.

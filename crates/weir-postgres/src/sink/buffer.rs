@@ -38,6 +38,11 @@ impl RowBuffer {
         }
     }
 
+    /// The buffered rows, in order.
+    pub(crate) fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
     /// Takes every buffered row out, leaving the buffer empty.
     pub(crate) fn take(&mut self) -> Vec<Row> {
         self.by_key.clear();

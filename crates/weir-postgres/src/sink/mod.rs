@@ -31,29 +31,37 @@
 //!   are only buffered. On the barrier of checkpoint `n` the subtask begins a transaction,
 //!   writes the buffered rows, and ends it with `PREPARE TRANSACTION '{prefix}:{uid}:{subtask}:{n}'`:
 //!   the rows are on disk but nobody sees them, and the transaction survives crashes of both
-//!   the job and the server. The gid is the subtask's state in checkpoint `n`. When checkpoint
-//!   `n` completes, the notice runs `COMMIT PREPARED`; a gid that is gone was committed already,
-//!   so a repeated notice is harmless. When checkpoint `n` is aborted, its transaction is rolled
-//!   back and its rows go back in front of the buffer, into the next checkpoint's transaction.
+//!   the job and the server. The gids of every prepared transaction not yet committed are the
+//!   subtask's state in checkpoint `n`. When a checkpoint completes, its notice runs
+//!   `COMMIT PREPARED` for every transaction prepared up to it; a gid that is gone was committed
+//!   already, so a repeated notice is harmless. An aborted checkpoint changes nothing: its
+//!   transaction stays prepared and commits with the next checkpoint that completes (whose
+//!   state lists it too), as the file sink's pending files do.
 //!
 //! A prepared transaction keeps its row locks until it commits, and the commit is run by the
-//! same thread that would write the next transaction. So the sink never writes while one of its
-//! transactions is prepared: if a barrier arrives before the previous checkpoint's notice, it
-//! declines that checkpoint (its rows stay buffered for the next one). The rows of the prepared
-//! transaction are kept in memory until it commits, so that an abort can put them back. If a
-//! completion notice is lost, every later checkpoint is declined until the job's tolerance for
-//! failed checkpoints runs out and it restarts from its latest checkpoint, which commits the
-//! transaction.
+//! same thread that would write the next transaction: an upsert must not touch a row while a
+//! transaction of the sink that may hold its lock is still prepared. So when a barrier arrives
+//! before the previous checkpoint's completion notice (the notice races the next barrier; a
+//! savepoint triggered right after a checkpoint often wins), an upserting sink prepares nothing
+//! for that checkpoint: its state lists the transactions still prepared **and the buffered
+//! rows themselves**, which stay buffered and go into the next transaction. A restore from such
+//! a checkpoint commits the listed transactions and then upserts the listed rows straight away,
+//! before the job processes anything (upserting the same rows twice leaves the table as once,
+//! should the restored run fail before its first checkpoint). Appending takes no row locks, so
+//! an appending sink prepares a transaction on every barrier.
 //!
-//! The state is union state: after a restore, every subtask sees every gid the checkpoint
-//! recorded, whatever the new parallelism. Subtask 0 alone settles them while it opens: it
-//! commits each recorded gid still prepared in the database, and rolls back every other
-//! prepared transaction named `{prefix}:{uid}:…` — those prepared after the restored checkpoint,
-//! whose rows will be written again. A fresh start rolls back all of them (a previous run's
-//! leftovers). Transactions of other prefixes or other sinks are left alone. Gids are unique
-//! across the whole server, not per database, so every job writing to a server needs its own
-//! prefix. No checkpoint starts before every subtask has opened, so subtask 0 never
-//! rolls back a transaction of the current run.
+//! The state is union state: after a restore, every subtask sees every entry the checkpoint
+//! recorded, whatever the new parallelism. Subtask 0 alone settles the transactions while it
+//! opens: it commits each recorded gid still prepared in the database, and rolls back every
+//! other prepared transaction named `{prefix}:{uid}:…` — those prepared after the restored
+//! checkpoint, whose rows will be written again. A fresh start rolls back all of them (a
+//! previous run's leftovers). Transactions of other prefixes or other sinks are left alone.
+//! Recorded rows of old subtask `s` are upserted by new subtask `s % parallelism`; where they
+//! touch a row a recorded transaction holds, the row lock makes them wait for subtask 0's
+//! commit, so they land after it. Gids are unique across the whole server, not per database,
+//! so every job writing to a server needs its own prefix. No checkpoint starts before every
+//! subtask has opened, so subtask 0 never rolls back a transaction of the current run and the
+//! recorded rows are in before any new one.
 //!
 //! Exactly-once keeps a checkpoint interval's rows in memory and needs the server's
 //! `max_prepared_transactions` to be at least the sink's parallelism. Until a checkpoint
@@ -224,12 +232,10 @@ impl PostgresSink {
     }
 }
 
-/// A rolled-back or never-prepared transaction is settled; a prepared one is outstanding until
-/// its checkpoint completes or aborts.
+/// A prepared transaction, outstanding until a checkpoint at or after its own completes.
 struct Outstanding {
     checkpoint: CheckpointId,
     gid: String,
-    rows: Vec<Row>,
 }
 
 /// An opened subtask of the sink.
@@ -244,9 +250,9 @@ struct OpenSink {
     names: Option<TransactionNames>,
     buffer: RowBuffer,
     scratch: BytesMut,
-    // Invariant: at most one prepared transaction is outstanding, and nothing is written while
-    // it is (see the module docs).
-    outstanding: Option<Outstanding>,
+    // Invariant: when upserting, nothing is written while a transaction is outstanding (see the
+    // module docs).
+    outstanding: Vec<Outstanding>,
     /// Transactions whose PREPARE may or may not have happened (the connection broke): rolled
     /// back before the next write, as their rows are buffered again.
     uncertain: Vec<String>,
@@ -266,12 +272,18 @@ impl OpenSink {
             }
             _ => None,
         };
-        let recorded: Vec<String> = restored
+        let entries: Vec<StateEntry> = restored
             .unwrap_or_default()
             .iter()
             .map(|bytes| StateEntry::decode(bytes))
-            .map(|entry| entry.map(|StateEntry::Prepared { gid, .. }| gid))
             .collect::<Result<_, _>>()?;
+        let recorded: Vec<String> = entries
+            .iter()
+            .filter_map(|e| match e {
+                StateEntry::Prepared { gid, .. } => Some(gid.clone()),
+                StateEntry::Buffered { .. } => None,
+            })
+            .collect();
         let runtime = new_runtime()?;
         let mut connection = Connection::new(config.url.clone());
         let target = runtime.block_on(async {
@@ -283,6 +295,33 @@ impl OpenSink {
             }
             Ok::<_, PgError>(target)
         })?;
+        // The rows a checkpoint recorded unwritten: in before anything of this run.
+        let mut mine = RowBuffer::default();
+        let mut scratch = BytesMut::new();
+        for entry in entries {
+            if let StateEntry::Buffered { subtask, rows, .. } = entry {
+                if subtask % ctx.parallelism.max(1) == ctx.index {
+                    for row in rows {
+                        target.check(&row, &mut scratch)?;
+                        mine.push(target.key_of(&row), row);
+                    }
+                }
+            }
+        }
+        if !mine.is_empty() {
+            let rows = mine.take();
+            runtime.block_on(async {
+                for chunk in rows.chunks(config.batch_size) {
+                    connection.write(&target, chunk, config.batch_size).await?;
+                }
+                Ok::<_, PgError>(())
+            })?;
+            tracing::info!(
+                table = %target.name,
+                rows = rows.len(),
+                "PostgreSQL sink wrote the rows its restored checkpoint held unwritten"
+            );
+        }
         Ok(OpenSink {
             runtime,
             connection,
@@ -293,7 +332,7 @@ impl OpenSink {
             names,
             buffer: RowBuffer::default(),
             scratch: BytesMut::new(),
-            outstanding: None,
+            outstanding: Vec::new(),
             uncertain: Vec::new(),
             refused: None,
         })
@@ -362,20 +401,42 @@ impl OpenSink {
     }
 
     /// Exactly-once on the barrier: writes the buffered rows into a transaction of their own and
-    /// prepares it; the gid is the state.
+    /// prepares it, unless an upserting sink still has a transaction prepared (then the rows
+    /// themselves are recorded); the state lists every transaction still prepared.
     fn prepare(&mut self, checkpoint: CheckpointId) -> Result<Vec<Vec<u8>>, TaskError> {
-        if let Some(o) = &self.outstanding {
-            return Err(TaskError::user(format!(
-                "PostgreSQL sink into {} declines checkpoint {}: the transaction of checkpoint \
-                 {} ({}) is prepared and not yet committed (its completion notice has not \
-                 arrived), and writing now could wait for its locks; the rows stay buffered \
-                 for the next checkpoint",
-                self.target.name, checkpoint.0, o.checkpoint.0, o.gid
-            )));
+        let blocked = self.target.mode == WriteMode::Upsert && !self.outstanding.is_empty();
+        if !blocked && !self.buffer.is_empty() {
+            self.prepare_buffered(checkpoint)?;
         }
-        if self.buffer.is_empty() {
-            return Ok(Vec::new());
+        let mut state: Vec<Vec<u8>> = self
+            .outstanding
+            .iter()
+            .map(|o| {
+                StateEntry::Prepared {
+                    gid: o.gid.clone(),
+                    checkpoint: o.checkpoint.0,
+                }
+                .encode()
+            })
+            .collect();
+        if blocked && !self.buffer.is_empty() {
+            tracing::debug!(
+                table = %self.target.name,
+                checkpoint = checkpoint.0,
+                rows = self.buffer.len(),
+                "a transaction is still prepared: the checkpoint records the buffered rows"
+            );
+            state.push(StateEntry::encode_buffered(
+                self.subtask,
+                checkpoint.0,
+                self.buffer.rows(),
+            ));
         }
+        Ok(state)
+    }
+
+    /// Writes the buffer into a transaction and prepares it as `checkpoint`'s.
+    fn prepare_buffered(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
         let names = self.names.as_ref().expect("exactly-once has names");
         let gid = names.gid(self.subtask, checkpoint);
         let rows = self.buffer.take();
@@ -390,16 +451,8 @@ impl OpenSink {
         });
         match prepared {
             Ok(()) => {
-                let entry = StateEntry::Prepared {
-                    gid: gid.clone(),
-                    checkpoint: checkpoint.0,
-                };
-                self.outstanding = Some(Outstanding {
-                    checkpoint,
-                    gid,
-                    rows,
-                });
-                Ok(vec![entry.encode()])
+                self.outstanding.push(Outstanding { checkpoint, gid });
+                Ok(())
             }
             Err(e) => {
                 let target = &self.target;
@@ -415,41 +468,25 @@ impl OpenSink {
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
         self.check_refused()?;
-        let Some(o) = self.outstanding.take_if(|o| o.checkpoint <= checkpoint) else {
-            return Ok(());
-        };
-        let committed = self.runtime.block_on(async {
-            transactions::commit(self.connection.client().await?, &o.gid).await
-        });
-        match committed {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                // Still prepared (or unknown): a restore from this checkpoint commits it.
-                self.outstanding = Some(o);
-                Err(e.into())
+        while let Some(o) = self.outstanding.first() {
+            if o.checkpoint > checkpoint {
+                break;
             }
+            let gid = o.gid.clone();
+            self.runtime.block_on(async {
+                transactions::commit(self.connection.client().await?, &gid).await
+            })?;
+            // Committed (or found committed): a failure above leaves it outstanding, and a
+            // restore from this checkpoint commits it.
+            self.outstanding.remove(0);
         }
+        Ok(())
     }
 
-    fn notify_aborted(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {
-        self.check_refused()?;
-        let Some(o) = self.outstanding.take_if(|o| o.checkpoint == checkpoint) else {
-            return Ok(());
-        };
-        let rolled_back = self.runtime.block_on(async {
-            transactions::roll_back(self.connection.client().await?, &o.gid).await
-        });
-        match rolled_back {
-            Ok(_) => {
-                let target = &self.target;
-                self.buffer.put_back(o.rows, |r| target.key_of(r));
-                Ok(())
-            }
-            Err(e) => {
-                self.outstanding = Some(o);
-                Err(e.into())
-            }
-        }
+    /// An aborted checkpoint's transaction stays prepared: the next completed checkpoint lists
+    /// it and commits it (rolling it back could lose rows a later checkpoint already counts on).
+    fn notify_aborted(&mut self, _checkpoint: CheckpointId) -> Result<(), TaskError> {
+        self.check_refused()
     }
 
     fn finish(&mut self) -> Result<(), TaskError> {

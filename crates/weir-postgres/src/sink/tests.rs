@@ -157,7 +157,7 @@ fn a_fresh_start_rolls_back_the_prepared_transactions_of_an_earlier_run() {
 }
 
 #[test]
-fn an_aborted_checkpoint_is_rolled_back_and_its_rows_land_with_the_next_one() {
+fn an_aborted_checkpoint_keeps_its_transaction_prepared_until_a_later_one_completes() {
     let url = fresh_database("eo_abort");
     execute(&url, TOTALS);
     let mut sink = opened(&exactly_once(&url, "order_totals"), 0, None);
@@ -165,42 +165,72 @@ fn an_aborted_checkpoint_is_rolled_back_and_its_rows_land_with_the_next_one() {
     sink.snapshot(CheckpointId(1)).unwrap();
     sink.write_batch(vec![total(2, 25)]).unwrap();
     sink.notify_aborted(CheckpointId(1)).unwrap();
-    assert!(prepared(&url).is_empty());
+    let first = format!("{}:totals:0:1", job(&url));
+    assert_eq!(prepared(&url), vec![first.clone()], "still prepared");
     assert!(totals(&url).is_empty());
 
-    sink.snapshot(CheckpointId(2)).unwrap();
+    // Checkpoint 2 lists transaction 1 and, as it is still prepared, the newer row itself.
+    let state = sink.snapshot(CheckpointId(2)).unwrap();
+    assert_eq!(state.len(), 2);
     sink.notify_complete(CheckpointId(2)).unwrap();
+    assert_eq!(totals(&url), rows(&[("1", "10"), ("2", "20")]));
+    sink.snapshot(CheckpointId(3)).unwrap();
+    sink.notify_complete(CheckpointId(3)).unwrap();
     assert_eq!(
         totals(&url),
         rows(&[("1", "10"), ("2", "25")]),
-        "the newer row of a key wins over the rolled-back one"
+        "the newer row of a key wins"
     );
+    assert!(prepared(&url).is_empty());
 }
 
 #[test]
-fn a_barrier_while_a_transaction_is_still_prepared_is_declined_and_its_rows_land_later() {
-    let url = fresh_database("eo_late");
+fn a_barrier_before_the_last_notice_records_an_upserting_sinks_rows_and_a_restore_writes_them() {
+    let url = fresh_database("eo_late_upsert");
+    execute(&url, TOTALS);
+    let sink = exactly_once(&url, "order_totals");
+    let mut first = opened(&sink, 1, None);
+    first.write_batch(vec![total(1, 10), total(2, 20)]).unwrap();
+    first.snapshot(CheckpointId(1)).unwrap();
+    first.write_batch(vec![total(2, 25), total(3, 30)]).unwrap();
+    // The barrier of checkpoint 2 arrives before the notice of 1: nothing is written (row 2's
+    // lock is held by transaction 1), the rows are recorded.
+    let state = first.snapshot(CheckpointId(2)).unwrap();
+    let gid = format!("{}:totals:1:1", job(&url));
+    assert_eq!(prepared(&url), vec![gid], "nothing new prepared");
+    assert_eq!(state.len(), 2);
+    drop(first); // the crash: checkpoint 2 completed, no notice arrived
+
+    // Restored at parallelism 2: subtask 1 (old 1 % 2) upserts the recorded rows, waiting for
+    // subtask 0 to commit transaction 1, whose row 2 they overwrite.
+    let waiting = {
+        let sink = sink.clone();
+        let state = state.clone();
+        std::thread::spawn(move || opened(&sink, 1, Some(state)))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _zero = opened(&sink, 0, Some(state));
+    let _one = waiting.join().unwrap();
+    assert_eq!(totals(&url), rows(&[("1", "10"), ("2", "25"), ("3", "30")]));
+    assert!(prepared(&url).is_empty());
+}
+
+#[test]
+fn a_barrier_before_the_last_notice_prepares_an_appending_sinks_rows_all_the_same() {
+    let url = fresh_database("eo_late_append");
     execute(&url, EVENTS);
     let mut sink = opened(&exactly_once(&url, "events"), 0, None);
     sink.write_batch(vec![event(1, "a")]).unwrap();
     sink.snapshot(CheckpointId(1)).unwrap();
     sink.write_batch(vec![event(2, "b")]).unwrap();
-    let err = sink.snapshot(CheckpointId(2)).unwrap_err();
-    assert!(matches!(err, TaskError::User(_)), "{err:?}");
-    let err = err.to_string();
-    let gid = format!("{}:totals:0:1", job(&url));
-    assert!(
-        err.contains("declines checkpoint 2") && err.contains(&gid),
-        "{err}"
-    );
-    assert_eq!(prepared(&url), vec![gid], "nothing written");
-
+    let state = sink.snapshot(CheckpointId(2)).unwrap();
+    assert_eq!(state.len(), 2, "both transactions are listed");
+    assert_eq!(prepared(&url).len(), 2);
     sink.notify_complete(CheckpointId(1)).unwrap(); // the late notice
     assert_eq!(events(&url), rows(&[("1", "a")]));
-    sink.notify_aborted(CheckpointId(2)).unwrap();
-    sink.snapshot(CheckpointId(3)).unwrap();
-    sink.notify_complete(CheckpointId(3)).unwrap();
+    sink.notify_complete(CheckpointId(2)).unwrap();
     assert_eq!(events(&url), rows(&[("1", "a"), ("2", "b")]));
+    assert!(prepared(&url).is_empty());
 }
 
 #[test]

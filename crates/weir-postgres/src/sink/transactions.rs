@@ -11,6 +11,7 @@ use tokio_postgres::Client;
 use weir_core::CheckpointId;
 
 use crate::error::PgError;
+use crate::value::Row;
 
 /// PostgreSQL's limit: a gid must be shorter than 200 bytes.
 const MAX_GID_BYTES: usize = 199;
@@ -74,15 +75,45 @@ impl TransactionNames {
 
 /// One entry of the sink's (union) checkpoint state. The enum's variant is the format's
 /// version: a new layout is a new variant, and old checkpoints still decode.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) enum StateEntry {
-    /// A transaction prepared on this checkpoint's barrier, to commit once it completes.
+    /// A transaction prepared on a barrier (this checkpoint's or an earlier one's), to commit
+    /// once a checkpoint at or after it completes.
     Prepared { gid: String, checkpoint: u64 },
+    /// Rows of old subtask `subtask` that the checkpoint covers but no transaction holds (a
+    /// transaction was still prepared on its barrier): a restore writes them first.
+    Buffered {
+        subtask: u32,
+        checkpoint: u64,
+        rows: Vec<Row>,
+    },
+}
+
+/// [`StateEntry`] with borrowed rows, encoded the same way (the variants in the same order).
+#[derive(Serialize)]
+enum StateEntryRef<'a> {
+    #[allow(dead_code)]
+    Prepared { gid: &'a str, checkpoint: u64 },
+    Buffered {
+        subtask: u32,
+        checkpoint: u64,
+        rows: &'a [Row],
+    },
 }
 
 impl StateEntry {
     pub(crate) fn encode(&self) -> Vec<u8> {
         postcard::to_allocvec(self).expect("state entries always serialize")
+    }
+
+    /// A [`StateEntry::Buffered`] of `rows`, without copying them.
+    pub(crate) fn encode_buffered(subtask: u32, checkpoint: u64, rows: &[Row]) -> Vec<u8> {
+        postcard::to_allocvec(&StateEntryRef::Buffered {
+            subtask,
+            checkpoint,
+            rows,
+        })
+        .expect("state entries always serialize")
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<StateEntry, PgError> {
@@ -209,6 +240,22 @@ pub(crate) async fn roll_back(client: &Client, gid: &str) -> Result<bool, PgErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recorded_rows_encode_without_a_copy_as_the_owned_entry_does() {
+        let rows = vec![vec![
+            crate::value::Value::Int(1),
+            crate::value::Value::Text("a".into()),
+        ]];
+        let owned = StateEntry::Buffered {
+            subtask: 2,
+            checkpoint: 9,
+            rows: rows.clone(),
+        };
+        let bytes = StateEntry::encode_buffered(2, 9, &rows);
+        assert_eq!(bytes, owned.encode());
+        assert_eq!(StateEntry::decode(&bytes).unwrap(), owned);
+    }
 
     #[test]
     fn a_gid_names_prefix_uid_subtask_and_checkpoint_and_only_this_sinks_gids_are_owned() {

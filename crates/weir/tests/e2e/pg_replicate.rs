@@ -290,6 +290,15 @@ impl Drop for Databases {
     }
 }
 
+fn assert_writer_succeeds(writer: Child) {
+    let out = writer.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the writer failed: {}",
+        text(&out.stderr)
+    );
+}
+
 /// Starts the job in `dir`; its log is appended to `dir/job.log`. Its standard output is
 /// piped when it serves REST on a port of its own (to read the address); otherwise it serves
 /// none (tests run side by side) and its output is dropped.
@@ -363,7 +372,11 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
     let checkpoints = dir.path().join("ck");
     let mut args = dbs.args(&checkpoints, 2);
     args.extend(["--rest-port".into(), "0".into()]);
-    let mut job = spawn(dir.path(), &args, &[("WEIR_INJECT_FAILURES", "totals:1500ms")]);
+    let mut job = spawn(
+        dir.path(),
+        &args,
+        &[("WEIR_INJECT_FAILURES", "totals:1500ms")],
+    );
     let rest = rest_url(&mut job);
     let writer = dbs.writer(4_000);
     wait_for_checkpoints(&checkpoints, &mut job, 3);
@@ -383,11 +396,20 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
         .unwrap_or_else(|| panic!("no job id in {overview}"));
     let exceptions = http_get(&rest, &format!("/jobs/{id}/exceptions"));
     assert!(exceptions.contains("200 OK"), "{exceptions}");
-    assert!(!exceptions.contains(":weir@"), "a password in the REST API: {exceptions}");
+    assert!(
+        !exceptions.contains(":weir@"),
+        "a password in the REST API: {exceptions}"
+    );
     dbs.stop_and_check(dir.path(), job);
     let log = std::fs::read_to_string(dir.path().join("job.log")).unwrap();
-    assert!(log.contains("restarting the job"), "no attempt failed: {log}");
-    assert!(log.contains("weir:***@"), "the server's failure was not logged: {log}");
+    assert!(
+        log.contains("restarting the job"),
+        "no attempt failed: {log}"
+    );
+    assert!(
+        log.contains("weir:***@"),
+        "the server's failure was not logged: {log}"
+    );
 }
 
 /// `GET path` from the REST API at `url` (`http://host:port/`): status line, headers, body.
@@ -501,8 +523,13 @@ fn rest_url(job: &mut Child) -> String {
 }
 
 #[test]
-fn a_savepoint_restored_at_more_subtasks_keeps_the_totals_exact() {
-    restore_case(Start::Savepoint, random_below(2) == 0, 2, 3);
+fn a_savepoint_restored_at_more_subtasks_with_claim_keeps_the_totals_exact() {
+    restore_case(Start::Savepoint, true, 2, 3);
+}
+
+#[test]
+fn a_savepoint_restored_at_fewer_subtasks_without_claim_keeps_the_totals_exact() {
+    restore_case(Start::Savepoint, false, 3, 1);
 }
 
 #[test]

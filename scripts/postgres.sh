@@ -41,9 +41,17 @@ install() {
   bin_dir >/dev/null && return 0
   [ "$(id -u)" = 0 ] || die "installing postgresql (Debian) needs root"
   echo "postgres.sh: installing postgresql (Debian)" >&2
+  # The package's own cluster is not used (the tests make theirs with initdb): the install
+  # starts no service (policy-rc.d says no), so nothing else listens or runs.
+  local policy_added=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    policy_added=1
+  fi
   apt-get update -qq
-  # The package's own cluster is not used: policy-rc.d keeps it from being started.
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  [ -z "$policy_added" ] || rm -f /usr/sbin/policy-rc.d
   bin_dir >/dev/null || die "apt-get install postgresql did not provide initdb"
 }
 

@@ -13,6 +13,8 @@
 pub mod admin;
 mod cdc;
 mod error;
+mod runtime;
+mod schema;
 mod sink;
 mod url;
 mod value;
@@ -23,9 +25,6 @@ pub use rust_decimal::Decimal;
 pub use sink::{DeliveryGuarantee, PostgresSink};
 pub use url::PgUrl;
 pub use value::{Change, Row, RowKind, Value};
-
-mod runtime;
-mod schema;
 
 #[cfg(test)]
 mod test_server;

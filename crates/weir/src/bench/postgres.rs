@@ -63,9 +63,9 @@ pub fn run(args: PostgresBenchArgs) -> Result<(), CliError> {
     }
     let sql = |s: &str| admin::execute(&url, s).map_err(|e| CliError::usage(e.to_string()));
     sql(&format!(
-        "DROP TABLE IF EXISTS weir_bench_copy, weir_bench_sink, weir_bench_cdc;
+        "DROP TABLE IF EXISTS weir_bench_copy, weir_bench_sink, weir_bench_upsert, weir_bench_cdc;
          CREATE TABLE weir_bench_copy {TABLE}; CREATE TABLE weir_bench_sink {TABLE};
-         CREATE TABLE weir_bench_cdc {TABLE};"
+         CREATE TABLE weir_bench_upsert {TABLE}; CREATE TABLE weir_bench_cdc {TABLE};"
     ))?;
     let scratch = tempfile_dir()?;
     let rows_per_subtask = args.rows.div_ceil(args.parallelism as u64);
@@ -82,47 +82,31 @@ pub fn run(args: PostgresBenchArgs) -> Result<(), CliError> {
     let copy_secs = started.elapsed().as_secs_f64();
     drop(rows);
 
-    // The sink, exactly once, in a bounded job.
-    let sink_secs = {
-        let mut config = Config::new();
-        config.set("parallelism.default", &args.parallelism.to_string())?;
-        config.set(
-            "execution.checkpointing.dir",
-            &scratch.join("sink").to_string_lossy(),
-        )?;
-        config.set(
-            "execution.checkpointing.interval",
-            &format!("{}ms", args.checkpoint_interval.as_millis()),
-        )?;
-        let exec = execution_config(&config, StartMode::Fresh)?;
-        let env = StreamEnv::with_config("bench-postgres-sink", &config)?;
-        let sink = PostgresSink::new(url.clone(), "weir_bench_sink")
-            .append()
-            .guarantee(DeliveryGuarantee::ExactlyOnce)
-            .transaction_prefix("weir-bench");
-        sink.validate()
-            .map_err(|e| CliError::usage(e.to_string()))?;
-        env.source(
-            "events",
-            SplitTagged(
-                EventGenerator::new(7, 10_000).with_limit(rows_per_subtask),
-                0,
-            ),
-        )
-        .map("rows", |(split, e): (u32, Event)| row(&e, split))
-        .forward()
-        .sink("postgres", sink)
-        .uid("postgres");
-        let graph = env.build()?;
-        let started = Instant::now();
-        execute(&graph, &exec, &StopHandle::new(), &mut |_| {})?;
-        started.elapsed().as_secs_f64()
-    };
-    let written = count(&url, "weir_bench_sink")?;
-    if written != total {
-        return Err(CliError::usage(format!(
-            "the sink wrote {written} rows, expected {total}"
-        )));
+    // The sink, exactly once, in a bounded job: appending, then upserting (into an empty
+    // table: every row takes the `ON CONFLICT` statement's insert path).
+    let sink_secs = sink_run(
+        &url,
+        &scratch,
+        &args,
+        rows_per_subtask,
+        "weir_bench_sink",
+        false,
+    )?;
+    let upsert_secs = sink_run(
+        &url,
+        &scratch,
+        &args,
+        rows_per_subtask,
+        "weir_bench_upsert",
+        true,
+    )?;
+    for table in ["weir_bench_sink", "weir_bench_upsert"] {
+        let written = count(&url, table)?;
+        if written != total {
+            return Err(CliError::usage(format!(
+                "the sink wrote {written} rows into {table}, expected {total}"
+            )));
+        }
     }
 
     // CDC: the stream, then the snapshot.
@@ -133,11 +117,12 @@ pub fn run(args: PostgresBenchArgs) -> Result<(), CliError> {
     let rate = |secs: f64| total as f64 / secs.max(1e-9);
     if args.json {
         println!(
-            "{{\"target\":\"postgres\",\"rows\":{total},\"parallelism\":{},\"checkpoint_interval_ms\":{},\"copy_rows_per_second\":{:.0},\"sink_exactly_once_rows_per_second\":{:.0},\"insert_rows_per_second\":{:.0},\"cdc_stream_rows_per_second\":{:.0},\"cdc_snapshot_rows_per_second\":{:.0}}}",
+            "{{\"target\":\"postgres\",\"rows\":{total},\"parallelism\":{},\"checkpoint_interval_ms\":{},\"copy_rows_per_second\":{:.0},\"sink_exactly_once_rows_per_second\":{:.0},\"sink_exactly_once_upsert_rows_per_second\":{:.0},\"insert_rows_per_second\":{:.0},\"cdc_stream_rows_per_second\":{:.0},\"cdc_snapshot_rows_per_second\":{:.0}}}",
             args.parallelism,
             args.checkpoint_interval.as_millis(),
             rate(copy_secs),
             rate(sink_secs),
+            rate(upsert_secs),
             rate(insert_secs),
             rate(stream_secs),
             rate(snapshot_secs),
@@ -147,6 +132,7 @@ pub fn run(args: PostgresBenchArgs) -> Result<(), CliError> {
             "postgres, {total} rows, checkpoints every {:?}:\n  \
              COPY (ceiling)               {:>8} rows/s\n  \
              sink, exactly-once, p={}      {:>8} rows/s ({:.0} % of COPY)\n  \
+             … upserting                  {:>8} rows/s ({:.0} % of COPY)\n  \
              INSERT … SELECT (ceiling)    {:>8} rows/s\n  \
              CDC from the slot            {:>8} rows/s\n  \
              CDC snapshot (chunked read)  {:>8} rows/s",
@@ -155,12 +141,58 @@ pub fn run(args: PostgresBenchArgs) -> Result<(), CliError> {
             args.parallelism,
             si(rate(sink_secs)),
             100.0 * copy_secs / sink_secs,
+            si(rate(upsert_secs)),
+            100.0 * copy_secs / upsert_secs,
             si(rate(insert_secs)),
             si(rate(stream_secs)),
             si(rate(snapshot_secs)),
         );
     }
     Ok(())
+}
+
+/// Writes the generated rows through the sink, exactly once, with checkpoints; the seconds.
+fn sink_run(
+    url: &PgUrl,
+    scratch: &std::path::Path,
+    args: &PostgresBenchArgs,
+    rows_per_subtask: u64,
+    table: &str,
+    upsert: bool,
+) -> Result<f64, CliError> {
+    let mut config = Config::new();
+    config.set("parallelism.default", &args.parallelism.to_string())?;
+    config.set(
+        "execution.checkpointing.dir",
+        &scratch.join(table).to_string_lossy(),
+    )?;
+    config.set(
+        "execution.checkpointing.interval",
+        &format!("{}ms", args.checkpoint_interval.as_millis()),
+    )?;
+    let exec = execution_config(&config, StartMode::Fresh)?;
+    let env = StreamEnv::with_config("bench-postgres-sink", &config)?;
+    let sink = PostgresSink::new(url.clone(), table);
+    let sink = if upsert { sink.upsert() } else { sink.append() }
+        .guarantee(DeliveryGuarantee::ExactlyOnce)
+        .transaction_prefix(table);
+    sink.validate()
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    env.source(
+        "events",
+        SplitTagged(
+            EventGenerator::new(7, 10_000).with_limit(rows_per_subtask),
+            0,
+        ),
+    )
+    .map("rows", |(split, e): (u32, Event)| row(&e, split))
+    .forward()
+    .sink("postgres", sink)
+    .uid("postgres");
+    let graph = env.build()?;
+    let started = Instant::now();
+    execute(&graph, &exec, &StopHandle::new(), &mut |_| {})?;
+    Ok(started.elapsed().as_secs_f64())
 }
 
 /// A generated event as a row of the benchmark tables; ids are unique across splits.

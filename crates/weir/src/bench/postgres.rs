@@ -46,6 +46,9 @@ pub struct PostgresBenchArgs {
     /// Sink subtasks.
     #[arg(long, short = 'p', default_value_t = 2)]
     pub parallelism: u32,
+    /// Rows per write of the sink (per upsert statement).
+    #[arg(long, default_value_t = 4096)]
+    pub batch_size: usize,
     /// Print one JSON object instead of sentences.
     #[arg(long)]
     pub json: bool,
@@ -175,6 +178,7 @@ fn sink_run(
     let sink = PostgresSink::new(url.clone(), table);
     let sink = if upsert { sink.upsert() } else { sink.append() }
         .guarantee(DeliveryGuarantee::ExactlyOnce)
+        .batch_size(args.batch_size)
         .transaction_prefix(table);
     sink.validate()
         .map_err(|e| CliError::usage(e.to_string()))?;
@@ -330,8 +334,14 @@ fn cdc_job(
         )));
     }
     let first = first.lock().expect("not poisoned").unwrap_or(last);
-    admin::execute(url, "SELECT pg_drop_replication_slot('weir_bench')")
-        .map_err(|e| CliError::usage(e.to_string()))?;
+    // The job's replication connection may take a moment to go after the job has ended.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = admin::execute(url, "SELECT pg_drop_replication_slot('weir_bench')") {
+        if Instant::now() > deadline || !e.to_string().contains("is active") {
+            return Err(CliError::usage(e.to_string()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     Ok((before_secs, last.duration_since(first).as_secs_f64()))
 }
 

@@ -73,6 +73,9 @@ impl Reader {
     /// What a checkpoint records now: the position, with the window of a chunk being emitted.
     pub(super) fn position(&mut self) -> Position {
         let mut position = self.position.clone();
+        // Invariant: in the first transaction after a restore, the changes handled include
+        // those the restored position skips, even before they are read again.
+        position.skip = position.skip.max(self.to_skip);
         if let Some(chunk) = self.chunk.as_ref().filter(|c| c.emitted) {
             position.windows.push(chunk.window.clone());
         }
@@ -153,10 +156,7 @@ impl Reader {
             sql,
             stream,
             to_skip: position.skip,
-            position: Position {
-                skip: 0,
-                ..position
-            },
+            position,
             tables,
             relations: HashMap::new(),
             xid: 0,

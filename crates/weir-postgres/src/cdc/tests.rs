@@ -248,3 +248,62 @@ fn the_slot_is_told_a_position_only_when_the_checkpoint_holding_it_completes() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// Polls until `n` changes came (or fails after 10 s), at most `max` per poll.
+fn poll_exactly(source: &mut PostgresCdcSource, n: usize, max: usize) -> Vec<Change> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} changes",
+            out.len()
+        );
+        let mut batch = Vec::new();
+        source
+            .poll_batch(&mut batch, max.min(n - out.len()))
+            .unwrap();
+        out.extend(batch);
+    }
+    out
+}
+
+fn ids(changes: &[Change]) -> Vec<i64> {
+    changes.iter().map(|c| c.row[0].as_i64().unwrap()).collect()
+}
+
+#[test]
+fn a_checkpoint_inside_a_transaction_resumes_after_the_changes_it_covers_even_when_taken_again_at_once(
+) {
+    let url = fresh_database("cdc_mid_transaction");
+    execute(&url, "CREATE TABLE t (id bigint PRIMARY KEY)");
+    let source = PostgresCdcSource::new(url.clone(), &["t"], "cdc_mid").unwrap();
+    let mut first = source.clone();
+    first.open(&ctx(0), None).unwrap();
+    let mut nothing = Vec::new();
+    poll_until_quiet(&mut first, &mut nothing); // the (empty) snapshot is done
+    assert!(nothing.is_empty());
+    // One transaction of ten changes, from the stream.
+    execute(&url, "INSERT INTO t SELECT generate_series(1, 10)");
+    assert_eq!(ids(&poll_exactly(&mut first, 3, 3)), vec![1, 2, 3]);
+    let a = first.snapshot_position().unwrap();
+    drop(first);
+
+    // Restored, and checkpointed again before reading anything: the same position.
+    let mut second = source.clone();
+    second.open(&ctx(0), Some(a)).unwrap();
+    let b = second.snapshot_position().unwrap();
+    drop(second);
+
+    let mut third = source.clone();
+    third.open(&ctx(0), Some(b)).unwrap();
+    assert_eq!(ids(&poll_exactly(&mut third, 2, 2)), vec![4, 5]);
+    let c = third.snapshot_position().unwrap();
+    drop(third);
+
+    let mut fourth = source.clone();
+    fourth.open(&ctx(0), Some(c)).unwrap();
+    let mut rest = Vec::new();
+    poll_until_quiet(&mut fourth, &mut rest);
+    assert_eq!(ids(&rest), vec![6, 7, 8, 9, 10]);
+}

@@ -95,7 +95,7 @@ pub(super) async fn check_restored(
     source: &PostgresCdcSource,
     sql: &tokio_postgres::Client,
     tables: &[Table],
-    position: Position,
+    mut position: Position,
 ) -> Result<Position, PgError> {
     if position.slot != source.slot {
         return Err(PgError::Config(format!(
@@ -103,14 +103,27 @@ pub(super) async fn check_restored(
             position.slot, source.slot
         )));
     }
+    // Invariant: the position's tables are the source's, in the source's order (the reader
+    // indexes both alike); a table no longer read is dropped with its windows.
+    let mut ordered = Vec::with_capacity(tables.len());
     for table in tables {
-        if !position.tables.iter().any(|t| t.table == table.schema.name) {
+        let Some(i) = position
+            .tables
+            .iter()
+            .position(|t| t.table == table.schema.name)
+        else {
             return Err(PgError::Config(format!(
                 "table {} is not in the checkpoint's CDC position: start the job fresh to read it",
                 table.schema.name
             )));
-        }
+        };
+        ordered.push(position.tables.swap_remove(i));
     }
+    position.tables = ordered;
+    let read: Vec<&str> = tables.iter().map(|t| t.schema.name.as_str()).collect();
+    position
+        .windows
+        .retain(|w| read.contains(&w.table.as_str()));
     let rows = sql
         .query(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",

@@ -307,3 +307,38 @@ fn a_checkpoint_inside_a_transaction_resumes_after_the_changes_it_covers_even_wh
     poll_until_quiet(&mut fourth, &mut rest);
     assert_eq!(ids(&rest), vec![6, 7, 8, 9, 10]);
 }
+
+#[test]
+fn a_restore_with_the_tables_listed_in_another_order_reads_each_table_once() {
+    let url = fresh_database("cdc_reordered");
+    execute(
+        &url,
+        "CREATE TABLE a (id bigint PRIMARY KEY); CREATE TABLE b (id bigint PRIMARY KEY);
+         INSERT INTO a SELECT generate_series(1, 30); INSERT INTO b SELECT generate_series(101, 140);",
+    );
+    let mut first = PostgresCdcSource::new(url.clone(), &["a", "b"], "cdc_reordered")
+        .unwrap()
+        .chunk_size(8);
+    first.open(&ctx(0), None).unwrap();
+    let covered = poll_exactly(&mut first, 12, 4);
+    let state = first.snapshot_position().unwrap();
+    drop(first);
+    let mut restored = PostgresCdcSource::new(url.clone(), &["b", "a"], "cdc_reordered")
+        .unwrap()
+        .chunk_size(8);
+    restored.open(&ctx(0), Some(state)).unwrap();
+    let mut rest = Vec::new();
+    poll_until_quiet(&mut restored, &mut rest);
+    let mut seen: Vec<(String, i64)> = covered
+        .iter()
+        .chain(&rest)
+        .map(|c| (c.table.to_string(), c.row[0].as_i64().unwrap()))
+        .collect();
+    seen.sort();
+    let mut expected: Vec<(String, i64)> = (1..=30)
+        .map(|i| ("public.a".to_string(), i))
+        .chain((101..=140).map(|i| ("public.b".to_string(), i)))
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected);
+}

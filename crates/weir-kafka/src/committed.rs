@@ -61,6 +61,7 @@ fn read_partition(
     let mut pending: HashMap<i64, Vec<Record>> = HashMap::new();
     let mut committed: Vec<Record> = Vec::new();
     let mut offset = 0;
+    let mut stalled = 0;
     loop {
         let fetch = client.fetch_raw(topic, partition, offset, 8 << 20)?;
         if offset >= fetch.high_watermark {
@@ -102,7 +103,13 @@ fn read_partition(
                 }
             }
         }
-        if offset == before {
+        if offset > before {
+            stalled = 0;
+        } else if stalled < 100 {
+            // A write in flight: the high watermark can move before the batch can be read.
+            stalled += 1;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        } else {
             return Err(KafkaError::Broker {
                 what: format!("reading {topic}[{partition}]"),
                 message: format!(

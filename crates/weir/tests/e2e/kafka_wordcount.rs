@@ -4,9 +4,9 @@
 //! output is checked from its raw record batches and transaction markers, keeping only
 //! committed transactions (the test broker hands aborted records to read_committed readers).
 //!
-//! Scale: each test writes 240 000 words (40 000 lines) rather than the 10 million, so
-//! that a debug build finishes in well under a minute on two cores; the kills, injected
-//! failures, restore and discovery are the same at any size.
+//! Scale: the tests write 1.2 million words (the kills) and 900 thousand (the savepoint) rather
+//! than the 10 million, so that each finishes in under half a minute in a debug build
+//! on two cores; the kills, injected failures, restore and discovery are the same at any size.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -276,7 +276,7 @@ fn killed_five_times_and_failing_before_commits_every_count_is_committed_once() 
     let run = Run::new("kafka-kills");
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = dir.path().join("ck");
-    let writer = writer(run.input.clone(), 4, 7, 40_000, Duration::from_millis(80));
+    let writer = writer(run.input.clone(), 4, 7, 200_000, Duration::from_millis(25));
     let mut args = run.args(&checkpoints, 2);
     // One completion notice in seven fails its attempt before the commit.
     args.extend(["--fail-before-commit".into(), "0.15".into()]);
@@ -317,7 +317,7 @@ fn a_savepoint_restored_at_three_subtasks_with_a_topic_added_mid_run_commits_eve
     let dir = tempfile::tempdir().unwrap();
     let ck1 = dir.path().join("ck1");
     let savepoints = dir.path().join("savepoints");
-    let first = writer(run.input.clone(), 4, 11, 20_000, Duration::from_millis(40));
+    let first = writer(run.input.clone(), 4, 11, 100_000, Duration::from_millis(25));
     let mut args = run.args(&ck1, 2);
     args.extend([
         "--rest-port".into(),
@@ -333,7 +333,7 @@ fn a_savepoint_restored_at_three_subtasks_with_a_topic_added_mid_run_commits_eve
     // to an existing topic, so new partitions come with a new topic the pattern matches).
     let added = format!("{}-in-b", run.prefix);
     create_topic(&added, 2);
-    let second = writer(added, 2, 13, 10_000, Duration::from_millis(40));
+    let second = writer(added, 2, 13, 50_000, Duration::from_millis(25));
     std::thread::sleep(Duration::from_millis(1500));
 
     let out = run_in(
@@ -363,4 +363,9 @@ fn a_savepoint_restored_at_three_subtasks_with_a_topic_added_mid_run_commits_eve
     let mut totals = first.join().unwrap();
     merge(&mut totals, second.join().unwrap());
     run.stop_and_check(dir.path(), job, &totals);
+    let log = std::fs::read_to_string(dir.path().join("job.log")).unwrap();
+    assert!(
+        log.contains("reading a newly discovered partition"),
+        "the added topic's partitions were not discovered"
+    );
 }

@@ -39,7 +39,9 @@
 //! are dropped depends on the broker telling the consumer which ones were aborted.)
 
 mod deserialize;
+mod discovery;
 mod split;
+mod start;
 
 #[cfg(test)]
 mod tests;
@@ -60,26 +62,12 @@ pub use self::deserialize::{
     BadRecordPolicy, BytesDeserializer, JsonDeserializer, RecordDeserializer, RecordView,
     Utf8Deserializer,
 };
+use self::discovery::{discover, list_partitions};
 pub use self::split::{owner, Split, TopicPartition};
+pub use self::start::StartingOffsets;
 use crate::error::KafkaError;
-use crate::wire::WireClient;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Where a fresh start begins reading each partition.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StartingOffsets {
-    /// The first record still in the partition (the default).
-    Earliest,
-    /// The end of the partition: only records written after the start.
-    Latest,
-    /// The offsets committed to the consumer group ([`KafkaSource::group_id`]), or the
-    /// earliest for a partition without one.
-    Committed,
-    /// The first record with a timestamp at or after this many milliseconds since the epoch
-    /// (the end of the partition if there is none).
-    Timestamp(i64),
-}
 
 /// Which topics the source reads.
 #[derive(Clone, Debug)]
@@ -326,98 +314,6 @@ impl<T: Send + 'static> KafkaSource<T> {
             .create()
             .map_err(|e| KafkaError::client("creating a consumer", e))
     }
-
-    /// The end of a partition. Some brokers (tansu 0.6) answer a `ListOffsets` for the latest
-    /// offset with one past the last batch's first record rather than past its last record,
-    /// so the high watermark of a fetch is taken too when the broker at the bootstrap address
-    /// leads the partition, and the larger of the two wins.
-    fn end_offset(&self, p: &TopicPartition, low: i64, listed: i64) -> i64 {
-        let fetched = WireClient::bootstrap(&self.config.bootstrap_servers)
-            .and_then(|mut c| c.fetch_raw(&p.topic, p.partition, low, 1))
-            .map(|f| f.high_watermark)
-            .unwrap_or(listed);
-        listed.max(fetched)
-    }
-
-    /// The offsets the configured starting point resolves to, for partitions of a fresh start.
-    fn resolve_start(
-        &self,
-        consumer: &BaseConsumer,
-        partitions: &[TopicPartition],
-    ) -> Result<BTreeMap<TopicPartition, i64>, KafkaError> {
-        let mut offsets = BTreeMap::new();
-        let watermarks = |p: &TopicPartition| {
-            consumer
-                .fetch_watermarks(&p.topic, p.partition, REQUEST_TIMEOUT)
-                .map_err(|e| {
-                    KafkaError::client(
-                        format!("reading the offsets of {}[{}]", p.topic, p.partition),
-                        e,
-                    )
-                })
-        };
-        match &self.config.starting_offsets {
-            StartingOffsets::Earliest => {
-                for p in partitions {
-                    offsets.insert(p.clone(), watermarks(p)?.0);
-                }
-            }
-            StartingOffsets::Latest => {
-                for p in partitions {
-                    let (low, high) = watermarks(p)?;
-                    offsets.insert(p.clone(), self.end_offset(p, low, high));
-                }
-            }
-            StartingOffsets::Committed => {
-                if self.config.group_id.is_none() {
-                    return Err(KafkaError::Config(
-                        "starting from committed offsets needs a group id".into(),
-                    ));
-                }
-                let mut list = TopicPartitionList::new();
-                for p in partitions {
-                    list.add_partition(&p.topic, p.partition);
-                }
-                let committed = consumer
-                    .committed_offsets(list, REQUEST_TIMEOUT)
-                    .map_err(|e| KafkaError::client("reading the group's committed offsets", e))?;
-                for p in partitions {
-                    let offset = match committed
-                        .find_partition(&p.topic, p.partition)
-                        .map(|e| e.offset())
-                    {
-                        Some(Offset::Offset(o)) if o >= 0 => o,
-                        _ => watermarks(p)?.0,
-                    };
-                    offsets.insert(p.clone(), offset);
-                }
-            }
-            StartingOffsets::Timestamp(ms) => {
-                let mut list = TopicPartitionList::new();
-                for p in partitions {
-                    list.add_partition_offset(&p.topic, p.partition, Offset::Offset(*ms))
-                        .map_err(|e| KafkaError::client("looking offsets up by time", e))?;
-                }
-                let found = consumer
-                    .offsets_for_times(list, REQUEST_TIMEOUT)
-                    .map_err(|e| KafkaError::client("looking offsets up by time", e))?;
-                for p in partitions {
-                    let offset = match found
-                        .find_partition(&p.topic, p.partition)
-                        .map(|e| e.offset())
-                    {
-                        Some(Offset::Offset(o)) if o >= 0 => o,
-                        _ => {
-                            let (low, high) = watermarks(p)?;
-                            self.end_offset(p, low, high)
-                        }
-                    };
-                    offsets.insert(p.clone(), offset);
-                }
-            }
-        }
-        Ok(offsets)
-    }
 }
 
 impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
@@ -466,7 +362,7 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
                         })
                         .filter(|p| owner(p, ctx.parallelism) == ctx.index)
                         .collect();
-                open.held = self.resolve_start(&open.consumer, &mine)?;
+                open.held = start::resolve_start(&self.config, &open.consumer, &mine)?;
             }
         }
         open.assign()?;
@@ -610,67 +506,4 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
         }
         Ok(())
     }
-}
-
-/// Takes the partitions nobody holds that belong to this subtask, from their earliest
-/// offset. Returns whether any was taken.
-fn discover(config: &Config, open: &mut OpenSource) -> Result<bool, KafkaError> {
-    let all = list_partitions(&open.consumer, &config.topics)?;
-    let new: Vec<TopicPartition> = all
-        .into_iter()
-        .filter(|p| !open.known.contains(p))
-        .collect();
-    let mut taken = false;
-    for p in new {
-        open.known.insert(p.clone());
-        if owner(&p, open.parallelism) != open.index {
-            continue;
-        }
-        let (low, _) = open
-            .consumer
-            .fetch_watermarks(&p.topic, p.partition, REQUEST_TIMEOUT)
-            .map_err(|e| {
-                KafkaError::client(
-                    format!("reading the offsets of {}[{}]", p.topic, p.partition),
-                    e,
-                )
-            })?;
-        tracing::info!(
-            topic = %p.topic,
-            partition = p.partition,
-            subtask = open.index,
-            "reading a newly discovered partition from offset {low}"
-        );
-        open.held.insert(p, low);
-        taken = true;
-    }
-    Ok(taken)
-}
-
-/// Every partition of the topics the source reads, as the broker lists them now.
-fn list_partitions(
-    consumer: &BaseConsumer,
-    topics: &Topics,
-) -> Result<Vec<TopicPartition>, KafkaError> {
-    let metadata = match topics {
-        Topics::Names(names) if names.len() == 1 => {
-            consumer.fetch_metadata(Some(&names[0]), REQUEST_TIMEOUT)
-        }
-        _ => consumer.fetch_metadata(None, REQUEST_TIMEOUT),
-    }
-    .map_err(|e| KafkaError::client("listing the topics' partitions", e))?;
-    let mut partitions = Vec::new();
-    for topic in metadata.topics() {
-        if topic.error().is_some() || !topics.matches(topic.name()) {
-            continue; // a topic that does not exist yet has no partitions yet
-        }
-        for partition in topic.partitions() {
-            partitions.push(TopicPartition {
-                topic: topic.name().to_string(),
-                partition: partition.id(),
-            });
-        }
-    }
-    partitions.sort();
-    Ok(partitions)
 }

@@ -5,7 +5,8 @@
 //! For each partition every batch is read from offset 0 to the high watermark: records outside
 //! transactions count at once; a producer's transactional records are held until a control
 //! record of that producer says COMMIT (kept) or ABORT (dropped); those still held at the end
-//! belong to open transactions and are not counted.
+//! belong to open transactions and are not counted. [`CommittedReader`] does it incrementally,
+//! picking up where it left off; [`read_committed`] reads a topic once.
 
 use std::collections::HashMap;
 
@@ -27,8 +28,10 @@ pub struct CommittedRecord {
 /// A topic's committed records and what was left out.
 #[derive(Clone, Debug, Default)]
 pub struct CommittedTopic {
-    /// In partition order, then offset order.
+    /// In partition order, then offset order (empty when only counted).
     pub records: Vec<CommittedRecord>,
+    /// Committed records (the length of `records` when they are kept).
+    pub committed: u64,
     /// Records of aborted transactions.
     pub aborted: u64,
     /// Records of transactions with no marker yet (open).
@@ -38,98 +41,170 @@ pub struct CommittedTopic {
     pub aborts: u64,
 }
 
-/// Reads every partition of `topic` through the broker at `bootstrap` (host:port, one broker
-/// that leads every partition).
+/// Reads every partition of `topic` once, through the broker at `bootstrap` (host:port, one
+/// broker that leads every partition).
 pub fn read_committed(bootstrap: &str, topic: &str) -> Result<CommittedTopic, KafkaError> {
-    let mut client = WireClient::bootstrap(bootstrap)?;
-    let partitions = client
-        .partition_count(topic)?
-        .ok_or_else(|| KafkaError::Config(format!("topic {topic} does not exist")))?;
-    let mut result = CommittedTopic::default();
-    for partition in 0..partitions {
-        read_partition(&mut client, topic, partition, &mut result)?;
-    }
-    Ok(result)
+    let mut reader = CommittedReader::new(bootstrap, topic, true)?;
+    reader.catch_up()?;
+    Ok(reader.finish())
 }
 
-fn read_partition(
-    client: &mut WireClient,
-    topic: &str,
+/// Reads a topic's committed records as they come: each [`catch_up`](Self::catch_up) reads
+/// every partition up to its current high watermark.
+pub struct CommittedReader {
+    client: WireClient,
+    topic: String,
+    keep: bool,
+    partitions: Vec<PartitionReader>,
+    result: CommittedTopic,
+}
+
+struct PartitionReader {
     partition: i32,
-    result: &mut CommittedTopic,
-) -> Result<(), KafkaError> {
-    let mut pending: HashMap<i64, Vec<Record>> = HashMap::new();
-    let mut committed: Vec<Record> = Vec::new();
-    let mut offset = 0;
-    let mut stalled = 0;
-    loop {
-        let fetch = client.fetch_raw(topic, partition, offset, 8 << 20)?;
-        if offset >= fetch.high_watermark {
-            break;
+    offset: i64,
+    /// Each producer's records waiting for its transaction's marker.
+    pending: HashMap<i64, Vec<Record>>,
+    committed: Vec<Record>,
+}
+
+impl CommittedReader {
+    /// A reader of `topic`'s partitions as they are now; `keep_records` keeps the committed
+    /// records themselves, not only their count.
+    pub fn new(bootstrap: &str, topic: &str, keep_records: bool) -> Result<Self, KafkaError> {
+        let mut client = WireClient::bootstrap(bootstrap)?;
+        let partitions = client
+            .partition_count(topic)?
+            .ok_or_else(|| KafkaError::Config(format!("topic {topic} does not exist")))?;
+        Ok(CommittedReader {
+            client,
+            topic: topic.to_string(),
+            keep: keep_records,
+            partitions: (0..partitions)
+                .map(|partition| PartitionReader {
+                    partition,
+                    offset: 0,
+                    pending: HashMap::new(),
+                    committed: Vec::new(),
+                })
+                .collect(),
+            result: CommittedTopic::default(),
+        })
+    }
+
+    /// Reads every partition up to its high watermark.
+    pub fn catch_up(&mut self) -> Result<(), KafkaError> {
+        for p in &mut self.partitions {
+            p.catch_up(&mut self.client, &self.topic, self.keep, &mut self.result)?;
         }
-        let mut buf = fetch.records;
-        let before = offset;
-        while buf.remaining() >= 12 {
-            // A batch cut off at the end of the response is fetched again next time.
-            let length = i32::from_be_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
-            if buf.remaining() < 12 + length {
-                break;
+        Ok(())
+    }
+
+    /// Committed records read so far.
+    pub fn committed(&self) -> u64 {
+        self.result.committed
+    }
+
+    /// What was read, with the records of transactions still open counted as open.
+    pub fn finish(mut self) -> CommittedTopic {
+        for p in self.partitions {
+            self.result.open += p.pending.values().map(|v| v.len() as u64).sum::<u64>();
+            let mut committed = p.committed;
+            committed.sort_by_key(|r| r.offset);
+            self.result
+                .records
+                .extend(committed.into_iter().map(|r| CommittedRecord {
+                    partition: p.partition,
+                    offset: r.offset,
+                    key: r.key,
+                    payload: r.value,
+                }));
+        }
+        self.result
+    }
+}
+
+impl PartitionReader {
+    fn catch_up(
+        &mut self,
+        client: &mut WireClient,
+        topic: &str,
+        keep: bool,
+        result: &mut CommittedTopic,
+    ) -> Result<(), KafkaError> {
+        let partition = self.partition;
+        let mut stalled = 0;
+        loop {
+            let fetch = client.fetch_raw(topic, partition, self.offset, 8 << 20)?;
+            if self.offset >= fetch.high_watermark {
+                return Ok(());
             }
-            let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| KafkaError::Broker {
-                what: format!(
-                    "decoding a record batch of {topic}[{partition}] after offset {offset}"
-                ),
-                message: e.to_string(),
-            })?;
-            for record in set.records {
-                if record.offset < offset {
-                    continue;
+            let mut buf = fetch.records;
+            let before = self.offset;
+            while buf.remaining() >= 12 {
+                // A batch cut off at the end of the response is fetched again next time.
+                let length = i32::from_be_bytes(buf[8..12].try_into().expect("4 bytes")) as usize;
+                if buf.remaining() < 12 + length {
+                    break;
                 }
-                offset = record.offset + 1;
-                if record.control {
-                    let commit = control_type(&record) == Some(1);
-                    let held = pending.remove(&record.producer_id).unwrap_or_default();
-                    if commit {
-                        result.commits += 1;
-                        committed.extend(held);
-                    } else {
-                        result.aborts += 1;
-                        result.aborted += held.len() as u64;
+                let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| KafkaError::Broker {
+                    what: format!(
+                        "decoding a record batch of {topic}[{partition}] after offset {}",
+                        self.offset
+                    ),
+                    message: e.to_string(),
+                })?;
+                for record in set.records {
+                    if record.offset < self.offset {
+                        continue;
                     }
-                } else if record.transactional {
-                    pending.entry(record.producer_id).or_default().push(record);
-                } else {
-                    committed.push(record);
+                    self.offset = record.offset + 1;
+                    self.take(record, keep, result);
                 }
             }
-        }
-        if offset > before {
-            stalled = 0;
-        } else if stalled < 100 {
-            // A write in flight: the high watermark can move before the batch can be read.
-            stalled += 1;
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        } else {
-            return Err(KafkaError::Broker {
-                what: format!("reading {topic}[{partition}]"),
-                message: format!(
-                    "no progress at offset {offset} (high watermark {})",
-                    fetch.high_watermark
-                ),
-            });
+            if self.offset > before {
+                stalled = 0;
+            } else if stalled < 100 {
+                // A write in flight: the high watermark can move before the batch can be read.
+                stalled += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            } else {
+                return Err(KafkaError::Broker {
+                    what: format!("reading {topic}[{partition}]"),
+                    message: format!(
+                        "no progress at offset {} (high watermark {})",
+                        self.offset, fetch.high_watermark
+                    ),
+                });
+            }
         }
     }
-    result.open += pending.values().map(|v| v.len() as u64).sum::<u64>();
-    committed.sort_by_key(|r| r.offset);
-    result
-        .records
-        .extend(committed.into_iter().map(|r| CommittedRecord {
-            partition,
-            offset: r.offset,
-            key: r.key,
-            payload: r.value,
-        }));
-    Ok(())
+
+    fn take(&mut self, record: Record, keep: bool, result: &mut CommittedTopic) {
+        if record.control {
+            let commit = control_type(&record) == Some(1);
+            let held = self.pending.remove(&record.producer_id).unwrap_or_default();
+            if commit {
+                result.commits += 1;
+                result.committed += held.len() as u64;
+                if keep {
+                    self.committed.extend(held);
+                }
+            } else {
+                result.aborts += 1;
+                result.aborted += held.len() as u64;
+            }
+        } else if record.transactional {
+            self.pending
+                .entry(record.producer_id)
+                .or_default()
+                .push(record);
+        } else {
+            result.committed += 1;
+            if keep {
+                self.committed.push(record);
+            }
+        }
+    }
 }
 
 /// A control record's type from its key (version, type): 0 ABORT, 1 COMMIT.

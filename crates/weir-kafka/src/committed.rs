@@ -16,6 +16,12 @@ use kafka_protocol::records::{Record, RecordBatchDecoder};
 use crate::error::KafkaError;
 use crate::wire::WireClient;
 
+/// How long one fetch may take before it is sent again on a new connection: the test broker
+/// (tansu 0.6) was seen leaving a fetch unanswered while transactions were being written to
+/// the partition.
+const FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const FETCH_ATTEMPTS: u32 = 3;
+
 /// A record of a committed transaction, or written outside any transaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommittedRecord {
@@ -72,6 +78,7 @@ impl CommittedReader {
     /// records themselves, not only their count.
     pub fn new(bootstrap: &str, topic: &str, keep_records: bool) -> Result<Self, KafkaError> {
         let mut client = WireClient::bootstrap(bootstrap)?;
+        client.set_timeout(FETCH_TIMEOUT);
         let partitions = client
             .partition_count(topic)?
             .ok_or_else(|| KafkaError::Config(format!("topic {topic} does not exist")))?;
@@ -134,7 +141,17 @@ impl PartitionReader {
         let partition = self.partition;
         let mut stalled = 0;
         loop {
-            let fetch = client.fetch_raw(topic, partition, self.offset, 8 << 20)?;
+            let mut attempt = 1;
+            let fetch = loop {
+                match client.fetch_raw(topic, partition, self.offset, 8 << 20) {
+                    Ok(fetch) => break fetch,
+                    Err(e) if attempt >= FETCH_ATTEMPTS => return Err(e),
+                    Err(e) => {
+                        tracing::warn!("{e}; fetching again");
+                        attempt += 1;
+                    }
+                }
+            };
             if self.offset >= fetch.high_watermark {
                 return Ok(());
             }

@@ -33,6 +33,7 @@ pub struct WireClient {
     /// connection, so the next request opens a new one.
     stream: Option<TcpStream>,
     correlation: i32,
+    timeout: Duration,
 }
 
 fn open(address: &str) -> Result<TcpStream, KafkaError> {
@@ -75,6 +76,7 @@ impl WireClient {
             address: address.to_string(),
             stream: Some(open(address)?),
             correlation: 0,
+            timeout: IO_TIMEOUT,
         })
     }
 
@@ -129,7 +131,9 @@ impl WireClient {
         frame.put_i32(body.len() as i32);
         frame.put_slice(&body);
         if self.stream.is_none() {
-            self.stream = Some(open(&self.address)?);
+            let stream = open(&self.address)?;
+            stream.set_read_timeout(Some(self.timeout)).ok();
+            self.stream = Some(stream);
         }
         let stream = self.stream.as_mut().expect("connected above");
         stream
@@ -172,6 +176,14 @@ impl WireClient {
         KafkaError::Broker {
             what: format!("a request to {}", self.address),
             message: message.to_string(),
+        }
+    }
+
+    /// Waits at most `timeout` for each answer from now on (30 s by default).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+        if let Some(stream) = &self.stream {
+            stream.set_read_timeout(Some(timeout)).ok();
         }
     }
 

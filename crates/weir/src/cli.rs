@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use crate::bench::BenchArgs;
 use crate::checkpoints::CheckpointsCommand;
 use crate::demo::DemoArgs;
+use crate::kafka_wordcount::KafkaWordcountArgs;
 use crate::pg_replicate::PgReplicateArgs;
 use crate::spend_windows::SpendWindowsArgs;
 use crate::wordcount::WordcountArgs;
@@ -85,4 +86,8 @@ pub enum RunCommand {
     /// reads the table's snapshot and changes (logical replication) and upserts each
     /// customer's total and order count into a table of another database.
     PgReplicate(Box<PgReplicateArgs>),
+    /// Count the words of a Kafka topic exactly once: every occurrence of a word becomes a
+    /// record `word<TAB>count` (its count so far), keyed by the word, in another topic, written
+    /// in one Kafka transaction per subtask and checkpoint.
+    KafkaWordcount(Box<KafkaWordcountArgs>),
 }

@@ -10,6 +10,7 @@ mod cli;
 mod cluster;
 mod demo;
 mod jobs;
+mod kafka_wordcount;
 mod pg_replicate;
 mod progress;
 mod registry;

@@ -7,6 +7,7 @@ use clap::Parser;
 use crate::bench::keyed_count::KeyedCountArgs;
 use crate::bench::{BenchArgs, BenchSuite};
 use crate::cli::{Cli, Command, RunCommand};
+use crate::kafka_wordcount::KafkaWordcountArgs;
 use crate::pg_replicate::PgReplicateArgs;
 use crate::runnable::{ClusterJob, Runnable};
 use crate::spend_windows::SpendWindowsArgs;
@@ -49,6 +50,16 @@ pub const JOBS: &[RunnableJob] = &[
         on_cluster: false,
         take: |command| match *command {
             Command::Run(RunCommand::PgReplicate(args)) => Ok(Box::<PgReplicateArgs>::new(*args)),
+            other => Err(Box::new(other)),
+        },
+    },
+    RunnableJob {
+        name: "run kafka-wordcount",
+        on_cluster: false,
+        take: |command| match *command {
+            Command::Run(RunCommand::KafkaWordcount(args)) => {
+                Ok(Box::<KafkaWordcountArgs>::new(*args))
+            }
             other => Err(Box::new(other)),
         },
     },

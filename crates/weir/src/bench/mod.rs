@@ -6,6 +6,7 @@
 
 mod alternate;
 mod checkpoint;
+mod kafka;
 pub mod keyed_count;
 mod nexmark;
 mod postgres;
@@ -69,6 +70,9 @@ pub enum BenchSuite {
     KeyedCount(keyed_count::KeyedCountArgs),
     /// The PostgreSQL sink (exactly-once) and CDC source against a plain COPY and INSERT.
     Postgres(postgres::PostgresBenchArgs),
+    /// Topic to topic through the Kafka source and exactly-once sink against the broker's
+    /// own produce and consume rates.
+    Kafka(kafka::KafkaBenchArgs),
 }
 
 pub fn run(mut args: BenchArgs) -> Result<(), CliError> {
@@ -76,6 +80,7 @@ pub fn run(mut args: BenchArgs) -> Result<(), CliError> {
         Some(BenchSuite::Nexmark(args)) => return nexmark::run(args),
         Some(BenchSuite::KeyedCount(args)) => return keyed_count::run(args),
         Some(BenchSuite::Postgres(args)) => return postgres::run(args),
+        Some(BenchSuite::Kafka(args)) => return kafka::run(args),
         None => {}
     }
     if args.target == "checkpoint" {

@@ -111,3 +111,28 @@ fn a_nexmark_run_reports_the_watermark_drift_its_sources_were_aligned_within() {
     assert_eq!(tight["results"], default["results"], "{tight} {default}");
     assert!(tight["results"].as_u64().unwrap() > 0, "{tight}");
 }
+
+#[test]
+fn the_kafka_bench_reports_its_ceilings_and_the_exactly_once_rate() {
+    let broker = std::env::var("WEIR_TEST_KAFKA").expect(
+        "WEIR_TEST_KAFKA is not set: run the tests with scripts/test.sh, which starts a broker",
+    );
+    let report = bench_json(&[
+        "bench",
+        "kafka",
+        "--bootstrap-servers",
+        &broker,
+        "--records",
+        "5000",
+        "--checkpoint-interval",
+        "200ms",
+        "--json",
+    ]);
+    for rate in [
+        "produce_records_per_second",
+        "consume_records_per_second",
+        "exactly_once_records_per_second",
+    ] {
+        assert!(report[rate].as_f64().unwrap() > 0.0, "{rate}: {report}");
+    }
+}

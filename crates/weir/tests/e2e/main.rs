@@ -6,6 +6,7 @@ mod chaos;
 mod cluster;
 mod common;
 mod demo;
+mod kafka_wordcount;
 mod kill_and_resume;
 mod pg_replicate;
 mod restore_matrix;

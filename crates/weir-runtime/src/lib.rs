@@ -42,6 +42,7 @@ pub mod restart;
 pub mod restore;
 pub mod side_output;
 pub mod snapshot;
+pub mod split_watermarks;
 mod supervise;
 pub(crate) mod task;
 pub mod timer_service;

@@ -6,6 +6,7 @@ use weir_state::{FrozenTable, KeyedSnapshotPlan, KeyedSnapshotReader, OperatorSt
 
 use crate::error::TaskError;
 use crate::output::Output;
+use crate::split_watermarks::SourceEventTime;
 
 /// Where an operator instance runs.
 #[derive(Clone, Debug)]
@@ -81,6 +82,12 @@ pub trait SourceFunction<T>: Send + 'static {
     /// old subtask (empty if the checkpoint holds none).
     fn restore_union(&mut self, _elements: Vec<Vec<u8>>) -> Result<(), TaskError> {
         Ok(())
+    }
+    /// Event time the source makes per split itself (see [`crate::split_watermarks`]),
+    /// asked after every batch and while the source is idle. The default, `Unchanged`, leaves
+    /// event time to the watermark strategy the source was added with, if any.
+    fn event_time(&mut self, _now: std::time::Instant) -> SourceEventTime {
+        SourceEventTime::Unchanged
     }
     fn notify_complete(&mut self, _checkpoint: CheckpointId) -> Result<(), TaskError> {
         Ok(())

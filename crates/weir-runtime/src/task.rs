@@ -6,7 +6,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_checkpoint::TaskStatus;
-use weir_core::{Barrier, CheckpointId, CheckpointingMode, SubtaskId};
+use weir_core::{Barrier, CheckpointId, CheckpointingMode, SubtaskId, WatermarkStatus};
 
 use crate::control::Drain;
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
@@ -19,6 +19,7 @@ use crate::operator::{
 };
 use crate::output::Output;
 use crate::snapshot::SnapshotJob;
+use crate::split_watermarks::SourceEventTime;
 use crate::watermark::{NoWatermarks, SourceWatermarks};
 
 /// Everything a subtask's loop needs besides its operator, gate and output.
@@ -304,15 +305,20 @@ where
         match source.poll_batch(&mut batch, rt.batch_size)? {
             SourceStatus::Emitted => {
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(rt.batch_size));
+                if out.is_idle() {
+                    out.emit_watermark_status(WatermarkStatus::Active)?;
+                }
                 watermarks.before_batch(&full, &mut out)?;
                 out.emit_batch(full);
                 out.take_error()?;
                 watermarks.after_batch(&mut out)?;
+                emit_event_time(&mut source, &mut out)?;
                 rt.after_batch()?;
             }
             SourceStatus::Idle => {
                 out.flush()?;
                 watermarks.on_idle(&mut out)?;
+                emit_event_time(&mut source, &mut out)?;
                 match wait_for_control(IDLE_POLL, &mut source, &mut watermarks, &mut out, &mut rt)?
                 {
                     Next::Continue => {}
@@ -338,6 +344,25 @@ where
             out.flush()?;
         }
         rt.metrics.set_out(out.records_out());
+    }
+}
+
+/// Emits what a source's own per-split event time asks for.
+#[inline]
+fn emit_event_time<T, S>(source: &mut S, out: &mut Output<T>) -> Result<(), TaskError>
+where
+    T: Clone + Send,
+    S: SourceFunction<T>,
+{
+    match source.event_time(Instant::now()) {
+        SourceEventTime::Unchanged => Ok(()),
+        SourceEventTime::Watermark(w) => {
+            if out.is_idle() {
+                out.emit_watermark_status(WatermarkStatus::Active)?;
+            }
+            out.emit_watermark(w)
+        }
+        SourceEventTime::Idle => out.emit_watermark_status(WatermarkStatus::Idle),
     }
 }
 

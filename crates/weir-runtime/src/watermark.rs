@@ -145,6 +145,16 @@ impl<G> WatermarkStrategy<G> {
         &self.generator
     }
 
+    /// How often watermarks are emitted at most.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// After how long without a record a source (or a split) counts as idle, if ever.
+    pub fn idleness(&self) -> Option<Duration> {
+        self.idleness
+    }
+
     pub fn generator_mut(&mut self) -> &mut G {
         &mut self.generator
     }

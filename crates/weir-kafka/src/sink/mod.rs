@@ -93,6 +93,8 @@ struct Config {
 pub struct KafkaSink<T> {
     config: Config,
     serializer: Arc<dyn RecordSerializer<T>>,
+    /// The record each value is serialised into, reused.
+    record: ProducerRecord,
     open: Option<OpenSink>,
 }
 
@@ -102,6 +104,7 @@ impl<T> Clone for KafkaSink<T> {
         KafkaSink {
             config: self.config.clone(),
             serializer: Arc::clone(&self.serializer),
+            record: ProducerRecord::default(),
             open: None,
         }
     }
@@ -125,6 +128,7 @@ impl<T> KafkaSink<T> {
                 properties: Vec::new(),
             },
             serializer: Arc::new(serializer),
+            record: ProducerRecord::default(),
             open: None,
         }
     }
@@ -392,9 +396,10 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
     }
 
     fn write_batch(&mut self, batch: Vec<T>) -> Result<(), TaskError> {
-        let serializer = Arc::clone(&self.serializer);
-        let topic = self.config.topic.clone();
-        let open = self.opened()?;
+        let open = self
+            .open
+            .as_mut()
+            .ok_or_else(|| TaskError::user("the Kafka sink was used before it was opened"))?;
         let producer = match open.transactional.as_mut() {
             Some(transactional) => {
                 if batch.is_empty() {
@@ -411,11 +416,16 @@ impl<T: Send + 'static> SinkFunction<T> for KafkaSink<T> {
             }
             None => open.producer.as_ref().expect("opened with a producer"),
         };
+        let record = &mut self.record;
         for value in &batch {
-            let record = serializer.serialize(value).map_err(|e| {
-                KafkaError::Data(format!("a record for topic {topic} cannot be written: {e}"))
+            record.clear();
+            self.serializer.serialize(value, record).map_err(|e| {
+                KafkaError::Data(format!(
+                    "a record for topic {} cannot be written: {e}",
+                    self.config.topic
+                ))
             })?;
-            producer.send(&record)?;
+            producer.send(record)?;
         }
         producer.poll();
         producer.check_deliveries()?;

@@ -60,8 +60,8 @@ impl SinkProducer {
     /// Queues a record, waiting for room when librdkafka's queue is full.
     pub(crate) fn send(&self, record: &ProducerRecord) -> Result<(), KafkaError> {
         loop {
-            let mut base = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(&record.payload);
-            if let Some(key) = &record.key {
+            let mut base = BaseRecord::<[u8], [u8]>::to(&self.topic).payload(record.payload());
+            if let Some(key) = record.key() {
                 base = base.key(key);
             }
             match self.producer.send(base) {

@@ -35,7 +35,7 @@ pub(super) fn discover(config: &Config, open: &mut OpenSource) -> Result<bool, K
             subtask = open.index,
             "reading a newly discovered partition from offset {low}"
         );
-        open.held.insert(p, low);
+        open.hold(p, low);
         taken = true;
     }
     Ok(taken)

@@ -32,6 +32,17 @@
 //! [`StartingOffsets::Committed`] in a later, new job. A restore never reads them: it starts
 //! from the checkpoint.
 //!
+//! # Event time
+//!
+//! With [`watermarks`](KafkaSource::watermarks) each partition a subtask reads gets a
+//! watermark generator of its own (Flink's per-split watermarks): the subtask's watermark is
+//! the smallest of its partitions' watermarks, so a partition that lags behind the others
+//! holds event time back instead of seeing its records arrive late. A partition that read
+//! nothing for longer than the strategy's idleness timeout is left out until it reads again,
+//! and a subtask whose partitions are all idle (or that holds none) is idle. Event time is
+//! read from the deserialised value by the strategy's timestamp function; a deserializer that
+//! wants the record's Kafka timestamp puts [`RecordView::timestamp`] into its value.
+//!
 //! # Transactions
 //!
 //! The consumer reads with `isolation.level=read_committed` by default: records of open
@@ -56,6 +67,10 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use weir_core::CheckpointId;
+use weir_runtime::split_watermarks::{
+    NoSplitEventTime, SourceEventTime, SplitEventTime, SplitWatermarks,
+};
+use weir_runtime::watermark::{WatermarkGenerator, WatermarkStrategy};
 use weir_runtime::{OperatorContext, SourceFunction, SourceStatus, TaskError};
 
 pub use self::deserialize::{
@@ -109,21 +124,23 @@ struct Config {
 ///     .group_id("wordcount")
 ///     .discovery_interval(Duration::from_secs(30));
 /// ```
-pub struct KafkaSource<T> {
+pub struct KafkaSource<T, W = NoSplitEventTime> {
     config: Config,
     deserializer: Arc<dyn RecordDeserializer<T>>,
+    event_time: W,
     skipped: Arc<AtomicU64>,
     restored_union: Option<BTreeSet<TopicPartition>>,
     open: Option<OpenSource>,
 }
 
-impl<T> Clone for KafkaSource<T> {
+impl<T, W: Clone> Clone for KafkaSource<T, W> {
     /// A source with the same configuration, not opened. Clones share the count of skipped
     /// records.
     fn clone(&self) -> Self {
         KafkaSource {
             config: self.config.clone(),
             deserializer: Arc::clone(&self.deserializer),
+            event_time: self.event_time.clone(),
             skipped: Arc::clone(&self.skipped),
             restored_union: None,
             open: None,
@@ -171,15 +188,34 @@ impl<T> KafkaSource<T> {
                 properties: Vec::new(),
             },
             deserializer: Arc::new(deserializer),
+            event_time: NoSplitEventTime,
             skipped: Arc::new(AtomicU64::new(0)),
             restored_union: None,
             open: None,
         }
     }
+}
+
+impl<T, W> KafkaSource<T, W> {
+    /// Event time per partition, from `strategy` (see the module documentation). Add the
+    /// source to the job without a watermark strategy of its own.
+    pub fn watermarks<G: WatermarkGenerator<T>>(
+        self,
+        strategy: WatermarkStrategy<G>,
+    ) -> KafkaSource<T, SplitWatermarks<G>> {
+        KafkaSource {
+            config: self.config,
+            deserializer: self.deserializer,
+            event_time: SplitWatermarks::new(strategy),
+            skipped: self.skipped,
+            restored_union: self.restored_union,
+            open: self.open,
+        }
+    }
 
     /// Reads every topic whose whole name matches `pattern` (a regular expression) instead of
     /// the topics given; topics created later that match are found like new partitions.
-    pub fn topic_pattern(mut self, pattern: &str) -> Result<KafkaSource<T>, KafkaError> {
+    pub fn topic_pattern(mut self, pattern: &str) -> Result<Self, KafkaError> {
         let anchored = format!("^(?:{pattern})$");
         let regex = regex::Regex::new(&anchored)
             .map_err(|e| KafkaError::Config(format!("topic pattern `{pattern}`: {e}")))?;
@@ -189,32 +225,32 @@ impl<T> KafkaSource<T> {
 
     /// The consumer group that completed checkpoints' offsets are committed to (default:
     /// none, nothing is committed).
-    pub fn group_id(mut self, group: &str) -> KafkaSource<T> {
+    pub fn group_id(mut self, group: &str) -> Self {
         self.config.group_id = Some(group.to_string());
         self
     }
 
     /// Where a fresh start begins (default: earliest). A restore starts from the checkpoint.
-    pub fn starting_offsets(mut self, offsets: StartingOffsets) -> KafkaSource<T> {
+    pub fn starting_offsets(mut self, offsets: StartingOffsets) -> Self {
         self.config.starting_offsets = offsets;
         self
     }
 
     /// How often the topics are listed again for new partitions (default 10 s).
-    pub fn discovery_interval(mut self, interval: Duration) -> KafkaSource<T> {
+    pub fn discovery_interval(mut self, interval: Duration) -> Self {
         self.config.discovery_interval = interval;
         self
     }
 
     /// Reads records of open transactions too (`read_uncommitted`); the default is
     /// `read_committed`.
-    pub fn read_uncommitted(mut self) -> KafkaSource<T> {
+    pub fn read_uncommitted(mut self) -> Self {
         self.config.read_committed = false;
         self
     }
 
     /// What to do with a record the deserializer refuses (default: fail the job).
-    pub fn bad_records(mut self, policy: BadRecordPolicy) -> KafkaSource<T> {
+    pub fn bad_records(mut self, policy: BadRecordPolicy) -> Self {
         self.config.bad_records = policy;
         self
     }
@@ -222,7 +258,7 @@ impl<T> KafkaSource<T> {
     /// A librdkafka consumer property (`fetch.max.bytes`, `security.protocol`, …). The
     /// source sets `bootstrap.servers`, `group.id`, `isolation.level` and turns automatic
     /// offset commits off itself.
-    pub fn property(mut self, key: &str, value: &str) -> KafkaSource<T> {
+    pub fn property(mut self, key: &str, value: &str) -> Self {
         self.config
             .properties
             .push((key.to_string(), value.to_string()));
@@ -245,8 +281,8 @@ struct OpenSource {
     consumer: BaseConsumer,
     index: u32,
     parallelism: u32,
-    /// The next offset of every partition held, in partition order.
-    held: BTreeMap<TopicPartition, i64>,
+    /// Every partition held, in partition order.
+    held: BTreeMap<TopicPartition, Held>,
     /// Every partition some subtask held at the restored checkpoint, and those discovered
     /// since: partitions a discovery must leave alone.
     known: BTreeSet<TopicPartition>,
@@ -257,22 +293,37 @@ struct OpenSource {
     uncommitted: VecDeque<(CheckpointId, Vec<Split>)>,
 }
 
+/// A partition a subtask reads.
+struct Held {
+    /// The offset of the next record to emit.
+    next: i64,
+    /// The partition's number among the subtask's splits for event time, in the order the
+    /// subtask took them (partitions are only ever added while it runs).
+    slot: usize,
+}
+
 impl OpenSource {
     fn splits(&self) -> Vec<Split> {
         self.held
             .iter()
-            .map(|(p, &o)| Split {
+            .map(|(p, h)| Split {
                 partition: p.clone(),
-                next_offset: o,
+                next_offset: h.next,
             })
             .collect()
+    }
+
+    /// Takes `partition`, to be read from `next` (a partition held already stays as it is).
+    fn hold(&mut self, partition: TopicPartition, next: i64) {
+        let slot = self.held.len();
+        self.held.entry(partition).or_insert(Held { next, slot });
     }
 
     /// Points the consumer at every held partition's next offset.
     fn assign(&self) -> Result<(), KafkaError> {
         let mut list = TopicPartitionList::new();
-        for (p, &offset) in &self.held {
-            list.add_partition_offset(&p.topic, p.partition, Offset::Offset(offset))
+        for (p, h) in &self.held {
+            list.add_partition_offset(&p.topic, p.partition, Offset::Offset(h.next))
                 .map_err(|e| KafkaError::client("assigning partitions", e))?;
         }
         self.consumer
@@ -281,7 +332,7 @@ impl OpenSource {
     }
 }
 
-impl<T: Send + 'static> KafkaSource<T> {
+impl<T: Send + 'static, W> KafkaSource<T, W> {
     fn consumer(&self) -> Result<BaseConsumer, KafkaError> {
         let mut client = ClientConfig::new();
         client
@@ -316,7 +367,7 @@ impl<T: Send + 'static> KafkaSource<T> {
     }
 }
 
-impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
+impl<T: Send + 'static, W: SplitEventTime<T>> SourceFunction<T> for KafkaSource<T, W> {
     fn restore_union(&mut self, elements: Vec<Vec<u8>>) -> Result<(), TaskError> {
         let mut known = BTreeSet::new();
         for element in elements {
@@ -347,7 +398,7 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
                 for element in elements {
                     let split = Split::decode(&element)?;
                     open.known.insert(split.partition.clone());
-                    open.held.insert(split.partition, split.next_offset);
+                    open.hold(split.partition, split.next_offset);
                 }
                 open.known
                     .extend(self.restored_union.take().unwrap_or_default());
@@ -362,10 +413,13 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
                         })
                         .filter(|p| owner(p, ctx.parallelism) == ctx.index)
                         .collect();
-                open.held = start::resolve_start(&self.config, &open.consumer, &mine)?;
+                for (p, next) in start::resolve_start(&self.config, &open.consumer, &mine)? {
+                    open.hold(p, next);
+                }
             }
         }
         open.assign()?;
+        self.event_time.set_splits(open.held.len(), Instant::now());
         tracing::info!(
             subtask = ctx.index,
             splits = ?open.splits(),
@@ -383,6 +437,7 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
             open.next_discovery = Instant::now() + self.config.discovery_interval;
             if discover(&self.config, open)? {
                 open.assign()?;
+                self.event_time.set_splits(open.held.len(), Instant::now());
             }
         }
         while batch.len() < max {
@@ -394,15 +449,15 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
                 }
             };
             // A subtask holds few partitions: a scan spares an allocation per record.
-            let Some(next) = open
+            let Some(held) = open
                 .held
                 .iter_mut()
                 .find(|(p, _)| p.partition == message.partition() && p.topic == message.topic())
-                .map(|(_, next)| next)
+                .map(|(_, held)| held)
             else {
                 continue; // from an assignment replaced since
             };
-            if message.offset() < *next {
+            if message.offset() < held.next {
                 continue; // fetched before a re-assignment; already emitted
             }
             let view = RecordView {
@@ -414,7 +469,10 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
                 timestamp: message.timestamp().to_millis(),
             };
             match self.deserializer.deserialize(&view) {
-                Ok(value) => batch.push(value),
+                Ok(value) => {
+                    self.event_time.observe(held.slot, &value);
+                    batch.push(value);
+                }
                 Err(reason) => match self.config.bad_records {
                     BadRecordPolicy::Fail => {
                         return Err(KafkaError::Data(format!(
@@ -434,13 +492,17 @@ impl<T: Send + 'static> SourceFunction<T> for KafkaSource<T> {
                     }
                 },
             }
-            *next = message.offset() + 1;
+            held.next = message.offset() + 1;
         }
         Ok(if batch.is_empty() {
             SourceStatus::Idle
         } else {
             SourceStatus::Emitted
         })
+    }
+
+    fn event_time(&mut self, now: Instant) -> SourceEventTime {
+        self.event_time.poll(now)
     }
 
     fn snapshot_started(&mut self, checkpoint: CheckpointId) {

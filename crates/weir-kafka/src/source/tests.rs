@@ -27,7 +27,11 @@ fn where_from(record: &str) -> (i32, i64) {
 }
 
 /// Polls until `count` records came or nothing more comes for a while.
-fn read(source: &mut KafkaSource<String>, count: usize, batch: usize) -> Vec<String> {
+fn read<W: SplitEventTime<String>>(
+    source: &mut KafkaSource<String, W>,
+    count: usize,
+    batch: usize,
+) -> Vec<String> {
     let mut out = Vec::new();
     let mut quiet_since = Instant::now();
     while out.len() < count && quiet_since.elapsed() < Duration::from_secs(5) {
@@ -236,4 +240,46 @@ fn starting_offsets_latest_committed_and_timestamp_resolve_before_the_first_reco
     since.open(&ctx(0, 1), None).unwrap();
     assert_eq!(since.splits()[0].next_offset, 5);
     assert_eq!(read(&mut since, 1, 1), ["late"]);
+}
+
+#[test]
+fn each_partition_has_its_own_watermark_and_the_slowest_active_one_sets_the_subtasks() {
+    let topic = topic("source-event-time", 2);
+    // Event time is the payload: partition 0 is far ahead of partition 1.
+    let ahead: Vec<String> = (100_000..100_010).map(|t: i64| t.to_string()).collect();
+    let behind: Vec<String> = (5_000..5_010).map(|t: i64| t.to_string()).collect();
+    produce(&topic, 0, &ahead);
+    produce(&topic, 1, &behind);
+    let strategy =
+        WatermarkStrategy::for_monotonous_timestamps(|s: &String| s.parse::<i64>().unwrap())
+            .with_interval(Duration::ZERO)
+            .with_idleness(Duration::from_secs(1));
+    let source = KafkaSource::utf8(&broker(), &[&topic]).watermarks(strategy);
+
+    let mut one = source.clone();
+    one.open(&ctx(0, 1), None).unwrap();
+    assert_eq!(read(&mut one, 20, 7).len(), 20);
+    // One watermark over both partitions would be 100,008 and make partition 1 late.
+    assert_eq!(
+        one.event_time(Instant::now()),
+        SourceEventTime::Watermark(5_008)
+    );
+    // Partition 1 goes quiet for longer than the idleness timeout: partition 0 alone counts.
+    produce(&topic, 0, &["100020".to_string()]);
+    assert_eq!(read(&mut one, 1, 7), ["100020"]);
+    assert_eq!(
+        one.event_time(Instant::now() + Duration::from_secs(2)),
+        SourceEventTime::Watermark(100_019)
+    );
+
+    // With more subtasks than partitions, a subtask holding none is idle.
+    let mut idle = (0..3)
+        .map(|i| {
+            let mut s = source.clone();
+            s.open(&ctx(i, 3), None).unwrap();
+            s
+        })
+        .find(|s| s.splits().is_empty())
+        .expect("three subtasks share two partitions");
+    assert_eq!(idle.event_time(Instant::now()), SourceEventTime::Idle);
 }

@@ -112,3 +112,62 @@ fn with_min_pause_every_trigger_starts_at_least_that_long_after_the_previous_com
         );
     }
 }
+
+#[test]
+fn a_failure_after_the_checkpoints_were_deleted_fails_the_job_instead_of_starting_over() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = dir.path().join("ck");
+    let fail = Arc::new(AtomicBool::new(false));
+    let trigger = Arc::clone(&fail);
+    let env = StreamEnv::new("gone");
+    env.source("events", EventGenerator::new(1, 100).with_rate(2000))
+        .map("fails-once", move |e: Event| {
+            assert!(!trigger.swap(false, Ordering::SeqCst), "told to fail");
+            e.user
+        })
+        .sink("out", CollectSink::default());
+    let mut exec = config(
+        &checkpoints,
+        CheckpointConfig {
+            interval: Some(Duration::from_millis(300)),
+            ..CheckpointConfig::default()
+        },
+    );
+    exec.restart = RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::from_millis(10),
+    };
+    // Right after the second checkpoint completed (the next one is 300 ms away), the
+    // checkpoints' directory disappears and an operator fails.
+    let watched = checkpoints.clone();
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < until {
+            let completed = weir_storage::CheckpointStorage::open(&watched, "gone")
+                .and_then(|s| s.list_completed())
+                .map(|c| c.len())
+                .unwrap_or(0);
+            if completed >= 2 {
+                std::fs::remove_dir_all(&watched).unwrap();
+                fail.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let result = execute(
+        &env.build().unwrap(),
+        &exec,
+        &stop_after(Duration::from_secs(30)),
+        &mut |_| {},
+    );
+    match result {
+        Err(JobError::Restore(reason)) => {
+            assert!(reason.contains("does not start over"), "{reason}")
+        }
+        other => panic!("expected the restart to refuse starting over, got {other:?}"),
+    }
+}

@@ -402,7 +402,17 @@ impl Attempts<'_> {
             Some(Ok(metadata)) => Ok(Some(metadata)),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "the latest checkpoint is unusable; looking for an older one");
-                Ok(self.storage.find_latest()?.metadata)
+                match self.storage.find_latest()?.metadata {
+                    Some(older) => Ok(Some(older)),
+                    // Invariant: a job that completed a checkpoint never restarts from the
+                    // beginning: its sinks committed output that a fresh start would repeat.
+                    None => Err(JobError::Restore(format!(
+                        "the latest checkpoint is unusable ({e}) and no older one remains in {}; \
+                         the job does not start over, since its committed output would be \
+                         written again",
+                        self.storage.root()
+                    ))),
+                }
             }
         }
     }

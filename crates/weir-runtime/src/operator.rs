@@ -6,7 +6,18 @@ use weir_state::{FrozenTable, KeyedSnapshotPlan, KeyedSnapshotReader, OperatorSt
 
 use crate::error::TaskError;
 use crate::output::Output;
-use crate::split_watermarks::SourceEventTime;
+
+/// What a source's own event time asks its task loop to emit (see
+/// [`SourceFunction::event_time`] and the runtime's `split_watermarks` module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceEventTime {
+    /// Nothing new (or the source makes no event time of its own).
+    Unchanged,
+    /// The subtask's watermark; the output drops one that does not advance.
+    Watermark(i64),
+    /// Every split is idle: the subtask is idle until its next record.
+    Idle,
+}
 
 /// Where an operator instance runs.
 #[derive(Clone, Debug)]
@@ -83,9 +94,9 @@ pub trait SourceFunction<T>: Send + 'static {
     fn restore_union(&mut self, _elements: Vec<Vec<u8>>) -> Result<(), TaskError> {
         Ok(())
     }
-    /// Event time the source makes per split itself (see [`crate::split_watermarks`]),
-    /// asked after every batch and while the source is idle. The default, `Unchanged`, leaves
-    /// event time to the watermark strategy the source was added with, if any.
+    /// Event time the source makes per split itself (see the runtime's `split_watermarks`
+    /// module), asked after every batch and while the source is idle. The default,
+    /// `Unchanged`, leaves event time to the watermark strategy the source was added with.
     fn event_time(&mut self, _now: std::time::Instant) -> SourceEventTime {
         SourceEventTime::Unchanged
     }

@@ -38,18 +38,8 @@
 
 use std::time::{Duration, Instant};
 
+pub use crate::operator::SourceEventTime;
 use crate::watermark::{WatermarkGenerator, WatermarkStrategy};
-
-/// What a source's own event time asks its task loop to emit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SourceEventTime {
-    /// Nothing new (or the source makes no event time of its own).
-    Unchanged,
-    /// The subtask's watermark; the output drops one that does not advance.
-    Watermark(i64),
-    /// Every split is idle: the subtask is idle until its next record.
-    Idle,
-}
 
 /// Per-split event time as a source sees it; [`NoSplitEventTime`] for a source without.
 pub trait SplitEventTime<T>: Send + 'static {

@@ -13,13 +13,13 @@ use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::error::TaskError;
 use crate::gate::{GateEvent, InputGate};
 use crate::metrics::SubtaskMetrics;
+use crate::operator::SourceEventTime;
 use crate::operator::{
     OneInputOperator, OperatorContext, OperatorSnapshot, RestoredState, SourceFunction,
     SourceStatus,
 };
 use crate::output::Output;
 use crate::snapshot::SnapshotJob;
-use crate::split_watermarks::SourceEventTime;
 use crate::watermark::{NoWatermarks, SourceWatermarks};
 
 /// Everything a subtask's loop needs besides its operator, gate and output.

@@ -102,7 +102,9 @@ start() {
   pid=$!
   echo "$pid" >"$dir/pid"
   for _ in $(seq 1 300); do
-    if answers "$p"; then
+    # A broker restarted on its old port was seen answering and then dying of "Address in
+    # use" on another of its listeners: it must still be alive a moment after it answered.
+    if answers "$p" && sleep 0.5 && alive "$pid" && answers "$p"; then
       echo "$HOST:$p"
       return
     fi

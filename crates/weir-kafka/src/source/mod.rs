@@ -257,7 +257,8 @@ impl<T, W> KafkaSource<T, W> {
 
     /// A librdkafka consumer property (`fetch.max.bytes`, `security.protocol`, …). The
     /// source sets `bootstrap.servers`, `group.id`, `isolation.level` and turns automatic
-    /// offset commits off itself.
+    /// offset commits off itself; it sets `queued.min.messages` to 500,000, which a property
+    /// given here replaces.
     pub fn property(mut self, key: &str, value: &str) -> Self {
         self.config
             .properties

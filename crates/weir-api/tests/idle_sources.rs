@@ -2,8 +2,10 @@
 //! feeds: the windows of an active source fire while another source has nothing to read. And a
 //! source that makes event time per split holds it back for a split that lags.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 use weir_api::prelude::*;
+use weir_runtime::graph::JobGraph;
 use weir_runtime::operators::window::Count;
 use weir_runtime::split_watermarks::{SourceEventTime, SplitEventTime, SplitWatermarks};
 use weir_runtime::watermark::BoundedOutOfOrderness;
@@ -61,12 +63,23 @@ fn run_with(idleness: Option<Duration>) -> Vec<(i64, u64)> {
         }
         stopper.stop();
     });
+    windows_counted(&graph, dir.path(), &stop, &sink)
+}
+
+/// Runs `graph` from the start until it ends or `stop` stops it; every window's (start, count)
+/// that reached `sink`, sorted.
+fn windows_counted(
+    graph: &JobGraph,
+    dir: &Path,
+    stop: &StopHandle,
+    sink: &CollectSink<WindowResult<u64, u64>>,
+) -> Vec<(i64, u64)> {
     let mut config = ExecutionConfig {
         start: StartMode::Fresh,
         ..ExecutionConfig::default()
     };
-    config.checkpoint.dir = dir.path().to_path_buf();
-    execute(&graph, &config, &stop, &mut |_| {}).unwrap();
+    config.checkpoint.dir = dir.to_path_buf();
+    execute(graph, &config, stop, &mut |_| {}).unwrap();
     let mut got: Vec<(i64, u64)> = sink
         .records()
         .into_iter()
@@ -155,19 +168,7 @@ fn windows_of_two_splits(per_split: bool) -> Vec<(i64, u64)> {
         .aggregate("count", Count)
         .sink("out", sink.clone());
     let graph = env.build().unwrap();
-    let mut config = ExecutionConfig {
-        start: StartMode::Fresh,
-        ..ExecutionConfig::default()
-    };
-    config.checkpoint.dir = dir.path().to_path_buf();
-    execute(&graph, &config, &StopHandle::new(), &mut |_| {}).unwrap();
-    let mut got: Vec<(i64, u64)> = sink
-        .records()
-        .into_iter()
-        .map(|r| (r.window.start, r.value))
-        .collect();
-    got.sort();
-    got
+    windows_counted(&graph, dir.path(), &StopHandle::new(), &sink)
 }
 
 #[test]

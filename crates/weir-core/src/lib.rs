@@ -9,6 +9,7 @@
 pub mod clock;
 pub mod config;
 pub mod element;
+pub mod guarantee;
 pub mod ids;
 pub mod key_group;
 pub mod state_handle;
@@ -16,6 +17,7 @@ pub mod state_handle;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CheckpointingMode, Config, ConfigError, S3Options};
 pub use element::{Barrier, CheckpointKind, Data, Element, WatermarkStatus};
+pub use guarantee::DeliveryGuarantee;
 pub use ids::{CheckpointId, JobId, OperatorId, SubtaskId};
 pub use key_group::KeyGroupRange;
 pub use state_handle::{HandleKind, StateHandle, SubtaskState};

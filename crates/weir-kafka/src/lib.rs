@@ -17,7 +17,6 @@
 
 pub mod committed;
 mod error;
-mod guarantee;
 mod sink;
 mod source;
 pub mod wire;
@@ -26,7 +25,6 @@ pub mod wire;
 mod test_broker;
 
 pub use error::KafkaError;
-pub use guarantee::DeliveryGuarantee;
 pub use sink::{
     BytesSerializer, JsonSerializer, KafkaSink, KeyedUtf8Serializer, ProducerRecord,
     RecordSerializer, Utf8Serializer, DEFAULT_TRANSACTION_TIMEOUT,
@@ -35,3 +33,4 @@ pub use source::{
     owner, BadRecordPolicy, BytesDeserializer, JsonDeserializer, KafkaSource, RecordDeserializer,
     RecordView, Split, StartingOffsets, TopicPartition, Utf8Deserializer,
 };
+pub use weir_core::DeliveryGuarantee;

@@ -58,8 +58,8 @@ use self::transactions::{
     plan_restore, transactional_id, Coordinators, PreparedTransaction, SubtaskTransactions,
 };
 use crate::error::KafkaError;
-use crate::guarantee::DeliveryGuarantee;
 use crate::wire::ProducerIdentity;
+use weir_core::DeliveryGuarantee;
 
 /// The default transaction timeout: 10 minutes, below the broker's default cap of 15.
 pub const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(600);

@@ -77,7 +77,6 @@
 
 mod buffer;
 mod connection;
-mod guarantee;
 mod target;
 mod transactions;
 
@@ -91,7 +90,6 @@ use weir_runtime::{OperatorContext, TaskError};
 
 use self::buffer::RowBuffer;
 use self::connection::Connection;
-pub use self::guarantee::DeliveryGuarantee;
 pub(crate) use self::target::{Target, WriteMode};
 use self::transactions::{StateEntry, TransactionNames};
 use crate::error::PgError;
@@ -99,6 +97,7 @@ use crate::runtime::new_runtime;
 use crate::schema::TableSchema;
 use crate::url::PgUrl;
 use crate::value::Row;
+pub use weir_core::DeliveryGuarantee;
 
 /// The default number of rows per write (per `COPY` outside exactly-once, per upsert statement).
 pub(crate) const DEFAULT_BATCH_SIZE: usize = 4096;

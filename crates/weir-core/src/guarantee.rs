@@ -4,31 +4,29 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::PgError;
-
-/// What the sink promises about each row after failures, in Flink's terms.
+/// What the sink promises about each record after failures, in Flink's terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeliveryGuarantee {
-    /// Rows may be lost or repeated.
+    /// Records may be lost or repeated.
     None,
-    /// Every row is written at least once: a checkpoint covers every row before its barrier.
+    /// Every record is written at least once: a checkpoint covers every record before its barrier.
     AtLeastOnce,
-    /// Every row is written once: rows commit with the checkpoint that covers them.
+    /// Every record is written once: records commit with the checkpoint that covers them.
     ExactlyOnce,
 }
 
 impl FromStr for DeliveryGuarantee {
-    type Err = PgError;
+    type Err = String;
 
     /// `none`, `at-least-once` or `exactly-once`.
-    fn from_str(s: &str) -> Result<DeliveryGuarantee, PgError> {
+    fn from_str(s: &str) -> Result<DeliveryGuarantee, String> {
         match s {
             "none" => Ok(DeliveryGuarantee::None),
             "at-least-once" => Ok(DeliveryGuarantee::AtLeastOnce),
             "exactly-once" => Ok(DeliveryGuarantee::ExactlyOnce),
-            _ => Err(PgError::Config(format!(
+            _ => Err(format!(
                 "delivery guarantee `{s}`: expected none, at-least-once or exactly-once"
-            ))),
+            )),
         }
     }
 }

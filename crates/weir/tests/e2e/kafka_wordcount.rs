@@ -412,3 +412,104 @@ fn a_savepoint_restored_at_three_subtasks_with_a_topic_added_mid_run_commits_eve
         "the added topic's partitions were not discovered"
     );
 }
+
+/// Where a restored run starts from.
+#[derive(Clone, Copy, Debug)]
+enum Start {
+    /// `weir stop --savepoint`, then `--from-savepoint`.
+    Savepoint,
+    /// The latest retained checkpoint of a killed run (its transactions still open).
+    Retained,
+}
+
+/// A first run at `from` subtasks while words are written; then a run at `to` subtasks from a
+/// savepoint or a killed run's retained checkpoint, in claim or no-claim mode, to the end of
+/// the input: every count committed once, and the snapshot kept or deleted as the mode says.
+fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
+    let run = Run::new(&format!("kafka-{start:?}-{claim}-{from}-{to}").to_lowercase());
+    let dir = tempfile::tempdir().unwrap();
+    let ck1 = dir.path().join("ck1");
+    let writer = writer(
+        run.input.clone(),
+        4,
+        17,
+        words_to_write() / 12,
+        Duration::from_millis(25),
+    );
+    let snapshot: PathBuf = match start {
+        Start::Savepoint => {
+            let savepoints = dir.path().join("savepoints");
+            let mut args = run.args(&ck1, from);
+            args.extend([
+                "--rest-port".into(),
+                "0".into(),
+                "--savepoint-root".into(),
+                savepoints.display().to_string(),
+            ]);
+            let mut job = spawn(dir.path(), &args);
+            let url = rest_url(&mut job);
+            wait_for_checkpoints(&ck1, &mut job, 3);
+            let out = run_in(
+                dir.path(),
+                &[
+                    "stop",
+                    JOB,
+                    "--savepoint",
+                    &savepoints.display().to_string(),
+                    "--rest",
+                    &url,
+                ],
+            );
+            assert!(out.status.success(), "weir stop: {}", text(&out.stderr));
+            assert!(job.wait().unwrap().success(), "{}", log(dir.path()));
+            PathBuf::from(
+                text(&out.stdout)
+                    .trim()
+                    .rsplit("savepoint: ")
+                    .next()
+                    .unwrap(),
+            )
+        }
+        Start::Retained => {
+            let mut job = spawn(dir.path(), &run.args(&ck1, from));
+            wait_for_checkpoints(&ck1, &mut job, 3);
+            std::thread::sleep(Duration::from_millis(random_below(300)));
+            job.kill().unwrap(); // SIGKILL, mid-transaction
+            job.wait().unwrap();
+            let latest = *completed_checkpoints(&ck1, JOB).last().unwrap();
+            ck1.join(JOB).join(format!("chk-{}", latest.0))
+        }
+    };
+    let mut args = run.args(&dir.path().join("ck2"), to);
+    args.extend([
+        "--from-savepoint".into(),
+        snapshot.display().to_string(),
+        "--claim-mode".into(),
+        if claim { "claim" } else { "no-claim" }.into(),
+    ]);
+    let job = spawn(dir.path(), &args);
+    let totals = writer.join().unwrap();
+    run.stop_and_check(dir.path(), job, &totals);
+    assert_eq!(
+        snapshot.join("_metadata").exists(),
+        !claim,
+        "claim mode {claim}: the snapshot must be deleted exactly when it was claimed"
+    );
+}
+
+#[test]
+fn a_savepoint_restored_at_fewer_subtasks_with_claim_commits_every_count_once() {
+    restore_case(Start::Savepoint, true, 3, 1);
+}
+
+#[test]
+fn a_killed_runs_retained_checkpoint_restored_at_more_subtasks_with_claim_commits_every_count_once()
+{
+    restore_case(Start::Retained, true, 2, 3);
+}
+
+#[test]
+fn a_killed_runs_retained_checkpoint_restored_at_fewer_subtasks_without_claim_commits_every_count_once(
+) {
+    restore_case(Start::Retained, false, 3, 1);
+}

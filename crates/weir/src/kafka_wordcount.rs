@@ -20,9 +20,8 @@ use weir_kafka::{
     BadRecordPolicy, DeliveryGuarantee, KafkaSink, KafkaSource, KeyedUtf8Serializer,
     StartingOffsets,
 };
-use weir_runtime::deploy::LocalDeployer;
 use weir_runtime::operators::SinkFunction;
-use weir_runtime::{execute_with, JobHandle, OperatorContext, StopHandle};
+use weir_runtime::OperatorContext;
 
 use crate::args::{duration_arg, JobArgs};
 use crate::demo::execution_config;
@@ -245,33 +244,7 @@ pub fn run(args: KafkaWordcountArgs) -> Result<(), CliError> {
         .uid("output");
     let graph = env.build()?;
 
-    let stop = StopHandle::new();
-    let on_interrupt = stop.clone();
-    let _ = ctrlc::set_handler(move || on_interrupt.stop());
-    let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
-    let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
-    let summary = execute_with(
-        &graph,
-        &exec,
-        &handle,
-        &mut |_| {},
-        &mut LocalDeployer,
-        None,
-    );
-    served.finish();
-    let summary = summary?;
-    println!(
-        "kafka-wordcount {} after {:.1} s: {} lines, {} checkpoints, {} restarts",
-        if summary.cancelled {
-            "stopped"
-        } else {
-            "finished"
-        },
-        summary.elapsed.as_secs_f64(),
-        summary.records,
-        summary.checkpoints_completed,
-        summary.restarts,
-    );
+    crate::rest_args::run_local("kafka-wordcount", "lines", &graph, &exec, &args.job.rest)?;
     let skipped = skipped.skipped();
     if skipped > 0 {
         println!("skipped {skipped} records that were not UTF-8");

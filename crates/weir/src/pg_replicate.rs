@@ -18,8 +18,6 @@ use weir_postgres::{
     Change, Decimal, DeliveryGuarantee, PgUrl, PostgresCdcSource, PostgresSink, RowKind,
     Value as PgValue,
 };
-use weir_runtime::deploy::LocalDeployer;
-use weir_runtime::{execute_with, JobHandle, StopHandle};
 
 use crate::args::JobArgs;
 use crate::demo::execution_config;
@@ -241,33 +239,7 @@ pub fn run(args: PgReplicateArgs) -> Result<(), CliError> {
         .uid("order-totals");
     let graph = env.build()?;
 
-    let stop = StopHandle::new();
-    let on_interrupt = stop.clone();
-    let _ = ctrlc::set_handler(move || on_interrupt.stop());
-    let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
-    let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
-    let summary = execute_with(
-        &graph,
-        &exec,
-        &handle,
-        &mut |_| {},
-        &mut LocalDeployer,
-        None,
-    );
-    served.finish();
-    let summary = summary?;
-    println!(
-        "pg-replicate {} after {:.1} s: {} changes, {} checkpoints, {} restarts",
-        if summary.cancelled {
-            "stopped"
-        } else {
-            "finished"
-        },
-        summary.elapsed.as_secs_f64(),
-        summary.records,
-        summary.checkpoints_completed,
-        summary.restarts,
-    );
+    crate::rest_args::run_local("pg-replicate", "changes", &graph, &exec, &args.job.rest)?;
     Ok(())
 }
 

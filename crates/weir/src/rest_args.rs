@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 use weir_rest::config::DEFAULT_PORT;
 use weir_rest::{RestConfig, RestServer};
-use weir_runtime::{ExecutionConfig, JobHandle};
+use weir_runtime::deploy::LocalDeployer;
+use weir_runtime::graph::JobGraph;
+use weir_runtime::{execute_with, ExecutionConfig, JobHandle, JobSummary, StopHandle};
 
 use crate::CliError;
 
@@ -95,4 +97,37 @@ pub fn serve(
         }
         Err(e) => Err(CliError::usage(e.to_string())),
     }
+}
+
+/// Runs `graph` in this process until it ends or Ctrl-C stops it (with a final checkpoint),
+/// serving REST as `args` says, and prints one line about it:
+/// `{job} stopped|finished after … s: N {records}, C checkpoints, R restarts`.
+pub fn run_local(
+    job: &str,
+    records: &str,
+    graph: &JobGraph,
+    exec: &ExecutionConfig,
+    args: &RestArgs,
+) -> Result<JobSummary, CliError> {
+    let stop = StopHandle::new();
+    let on_interrupt = stop.clone();
+    let _ = ctrlc::set_handler(move || on_interrupt.stop());
+    let handle = JobHandle::new(graph, &exec.checkpoint, stop);
+    let served = serve(args, &handle, exec, graph.max_parallelism)?;
+    let summary = execute_with(graph, exec, &handle, &mut |_| {}, &mut LocalDeployer, None);
+    served.finish();
+    let summary = summary?;
+    println!(
+        "{job} {} after {:.1} s: {} {records}, {} checkpoints, {} restarts",
+        if summary.cancelled {
+            "stopped"
+        } else {
+            "finished"
+        },
+        summary.elapsed.as_secs_f64(),
+        summary.records,
+        summary.checkpoints_completed,
+        summary.restarts,
+    );
+    Ok(summary)
 }

@@ -190,3 +190,42 @@ pub fn restarts(stdout: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no restart count in {stdout}"))
 }
+
+/// Waits until job `job` completed at least `at_least` checkpoints in `checkpoints`; a job that
+/// ends first, or 60 s without them, fails the test (the job killed, so that it does not
+/// outlive it).
+pub fn wait_for_checkpoints(
+    checkpoints: &Path,
+    job_name: &str,
+    job: &mut std::process::Child,
+    at_least: usize,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while completed_checkpoints(checkpoints, job_name).len() < at_least {
+        if let Some(status) = job.try_wait().unwrap() {
+            panic!("the job ended ({status})");
+        }
+        if std::time::Instant::now() >= deadline {
+            job.kill().unwrap();
+            job.wait().unwrap();
+            panic!("no checkpoint completed in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Reads a job's stdout until it prints its REST address, then keeps draining it in the
+/// background so the job never blocks on a full pipe.
+pub fn rest_url(job: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let stdout = job.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(url) = line.split("REST API and dashboard:").nth(1) {
+            std::thread::spawn(move || for _ in lines {});
+            return url.trim().to_string();
+        }
+    }
+    panic!("the job printed no REST address");
+}

@@ -21,7 +21,10 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use weir_kafka::committed::{read_committed, CommittedReader};
 use weir_kafka::wire::WireClient;
 
-use crate::common::{completed_checkpoints, push_random_lines, random_below, run_in, text, weir};
+use crate::common::{
+    completed_checkpoints, push_random_lines, random_below, rest_url, run_in, text,
+    wait_for_checkpoints, weir,
+};
 
 const JOB: &str = "kafka-wordcount";
 
@@ -260,36 +263,6 @@ fn spawn(dir: &Path, args: &[String]) -> Child {
         .expect("start weir")
 }
 
-fn wait_for_checkpoints(checkpoints: &Path, job: &mut Child, at_least: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while completed_checkpoints(checkpoints, JOB).len() < at_least {
-        if let Some(status) = job.try_wait().unwrap() {
-            panic!("the job ended ({status})");
-        }
-        if Instant::now() >= deadline {
-            job.kill().unwrap();
-            job.wait().unwrap();
-            panic!("no checkpoint completed in 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Reads the job's stdout until it prints its REST address.
-fn rest_url(job: &mut Child) -> String {
-    use std::io::BufRead;
-    let stdout = job.stdout.take().unwrap();
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(url) = line.split("REST API and dashboard:").nth(1) {
-            std::thread::spawn(move || for _ in lines {});
-            return url.trim().to_string();
-        }
-    }
-    panic!("the job printed no REST address");
-}
-
 fn merge(into: &mut BTreeMap<String, u64>, from: BTreeMap<String, u64>) {
     for (word, n) in from {
         *into.entry(word).or_insert(0) += n;
@@ -315,7 +288,7 @@ fn killed_five_times_and_failing_before_commits_every_count_is_committed_once() 
     while kills < 5 {
         let mut job = spawn(dir.path(), &args);
         if kills > 0 {
-            wait_for_checkpoints(&checkpoints, &mut job, 1);
+            wait_for_checkpoints(&checkpoints, JOB, &mut job, 1);
         }
         std::thread::sleep(Duration::from_millis(300 + random_below(900)));
         if let Some(status) = job.try_wait().unwrap() {
@@ -364,7 +337,7 @@ fn a_savepoint_restored_at_three_subtasks_with_a_topic_added_mid_run_commits_eve
     ]);
     let mut job = spawn(dir.path(), &args);
     let url = rest_url(&mut job);
-    wait_for_checkpoints(&ck1, &mut job, 3);
+    wait_for_checkpoints(&ck1, JOB, &mut job, 3);
 
     // A second input topic appears while the job runs (the test broker cannot add partitions
     // to an existing topic, so new partitions come with a new topic the pattern matches).
@@ -448,7 +421,7 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
             ]);
             let mut job = spawn(dir.path(), &args);
             let url = rest_url(&mut job);
-            wait_for_checkpoints(&ck1, &mut job, 3);
+            wait_for_checkpoints(&ck1, JOB, &mut job, 3);
             let out = run_in(
                 dir.path(),
                 &[
@@ -472,7 +445,7 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
         }
         Start::Retained => {
             let mut job = spawn(dir.path(), &run.args(&ck1, from));
-            wait_for_checkpoints(&ck1, &mut job, 3);
+            wait_for_checkpoints(&ck1, JOB, &mut job, 3);
             std::thread::sleep(Duration::from_millis(random_below(300)));
             job.kill().unwrap(); // SIGKILL, mid-transaction
             job.wait().unwrap();

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{completed_checkpoints, random_below, run_in, text, weir};
+use crate::common::{
+    completed_checkpoints, random_below, rest_url, run_in, text, wait_for_checkpoints, weir,
+};
 
 /// The server's URL, as `scripts/test.sh` exports it.
 fn server() -> String {
@@ -322,17 +324,6 @@ fn spawn(dir: &Path, args: &[String], env: &[(&str, &str)]) -> Child {
     command.spawn().expect("start weir")
 }
 
-fn wait_for_checkpoints(checkpoints: &Path, job: &mut Child, at_least: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while completed_checkpoints(checkpoints, "pg-replicate").len() < at_least {
-        if let Some(status) = job.try_wait().unwrap() {
-            panic!("the job ended ({status})");
-        }
-        assert!(Instant::now() < deadline, "no checkpoint completed in 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn killed_five_times_while_a_writer_runs_the_totals_equal_the_orders_aggregate() {
     let dbs = Databases::new("pg_kills", 60_000);
@@ -345,7 +336,7 @@ fn killed_five_times_while_a_writer_runs_the_totals_equal_the_orders_aggregate()
         let mut job = spawn(dir.path(), &args, &[]);
         // The first kill lands during the snapshot; later ones anywhere after a checkpoint.
         if kills > 0 {
-            wait_for_checkpoints(&checkpoints, &mut job, 1);
+            wait_for_checkpoints(&checkpoints, "pg-replicate", &mut job, 1);
         }
         std::thread::sleep(Duration::from_millis(200 + random_below(700)));
         if let Some(status) = job.try_wait().unwrap() {
@@ -379,7 +370,7 @@ fn injected_failures_and_a_server_restart_keep_the_totals_exact() {
     );
     let rest = rest_url(&mut job);
     let writer = dbs.writer(4_000);
-    wait_for_checkpoints(&checkpoints, &mut job, 3);
+    wait_for_checkpoints(&checkpoints, "pg-replicate", &mut job, 3);
     assert_writer_succeeds(writer);
     // The server goes away mid-run (like a crash) and comes back: the attempt fails, the
     // restart strategy retries until the server answers, and the job carries on.
@@ -451,7 +442,7 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
             ]);
             let mut job = spawn(dir.path(), &args, &[]);
             let url = rest_url(&mut job);
-            wait_for_checkpoints(&ck1, &mut job, 2);
+            wait_for_checkpoints(&ck1, "pg-replicate", &mut job, 2);
             let savepoints = dir.path().join("savepoints");
             let out = run_in(
                 dir.path(),
@@ -476,7 +467,7 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
         }
         Start::Retained => {
             let mut job = spawn(dir.path(), &dbs.args(&ck1, from), &[]);
-            wait_for_checkpoints(&ck1, &mut job, 3);
+            wait_for_checkpoints(&ck1, "pg-replicate", &mut job, 3);
             job.kill().unwrap();
             job.wait().unwrap();
             let latest = *completed_checkpoints(&ck1, "pg-replicate").last().unwrap();
@@ -504,22 +495,6 @@ fn restore_case(start: Start, claim: bool, from: u32, to: u32) {
             "an unclaimed snapshot was deleted"
         );
     }
-}
-
-/// Reads the job's stdout until it prints its REST address.
-fn rest_url(job: &mut Child) -> String {
-    use std::io::BufRead;
-    let stdout = job.stdout.take().unwrap();
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(url) = line.split("REST API and dashboard:").nth(1) {
-            // Keep draining stdout so the job never blocks on a full pipe.
-            std::thread::spawn(move || for _ in lines {});
-            return url.trim().to_string();
-        }
-    }
-    panic!("the job printed no REST address");
 }
 
 #[test]

@@ -48,6 +48,9 @@ pub enum StateError {
         key_group: u32,
         range: KeyGroupRange,
     },
+    /// The RocksDB state backend failed: its files could not be made, read or written.
+    #[error("RocksDB state backend: {0}")]
+    Backend(String),
     /// A state table was used before the runtime called `init` on it.
     #[error("state table '{table}' was used before it was initialised with its key-group range")]
     NotInitialised { table: String },

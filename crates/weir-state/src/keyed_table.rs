@@ -58,7 +58,29 @@ pub(crate) struct KeyGroupedMap<K, E, C> {
     // Invariant: every delta taken from now on is taken since a snapshot of an epoch at least
     // this one (the last completed checkpoint's, or a later one).
     removals_needed_after: u64,
+    /// With the RocksDB backend, the table's entries live there and every access goes to
+    /// this tier instead of `groups` (which stay empty).
+    #[cfg(feature = "rocksdb")]
+    lsm: Option<Box<crate::lsm::tier::LsmTier<K, E, C>>>,
     codec: PhantomData<fn() -> C>,
+}
+
+/// Sends a method of the table to its RocksDB tier, if it has one.
+macro_rules! to_lsm {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        // Borrowed inside the branch: a reference it returns must not outlive the test.
+        #[cfg(feature = "rocksdb")]
+        if $self.lsm.is_some() {
+            let tier = $self.lsm.as_deref_mut().expect("tested just above");
+            return tier.$method($($arg),*);
+        }
+    };
+    (ref $self:ident . $method:ident ( $($arg:expr),* )) => {
+        #[cfg(feature = "rocksdb")]
+        if let Some(tier) = $self.lsm.as_deref() {
+            return tier.$method($($arg),*);
+        }
+    };
 }
 
 impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGroupedMap<K, E, C> {
@@ -71,6 +93,8 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             last_modified: Vec::new(),
             epoch: 0,
             removals_needed_after: 0,
+            #[cfg(feature = "rocksdb")]
+            lsm: None,
             codec: PhantomData,
         }
     }
@@ -111,6 +135,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     #[inline]
     pub(crate) fn get(&self, key: &CurrentKey<'_, K>) -> Option<&E> {
+        to_lsm!(ref self.get(key));
         self.groups[self.index(key.key_group)].get(key.key)
     }
 
@@ -153,6 +178,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// Mutable access to an existing entry; a missing key neither copies nor dirties the group.
     #[inline]
     pub(crate) fn get_mut(&mut self, key: &CurrentKey<'_, K>) -> Option<&mut E> {
+        to_lsm!(self.get_mut(key));
         self.get(key)?;
         let epoch = self.epoch;
         let (slot, direct) = self.slot_for_write(key.key_group);
@@ -175,6 +201,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// Sets the entry of `key`, cloning the key only if it is new.
     #[inline]
     pub(crate) fn insert(&mut self, key: &CurrentKey<'_, K>, entry: E) {
+        to_lsm!(self.insert(key, entry));
         let epoch = self.epoch;
         let (slot, direct) = self.slot_for_write(key.key_group);
         if direct {
@@ -201,6 +228,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// has an entry keeps it, and its group is neither copied nor dirtied.
     #[inline]
     pub(crate) fn insert_absent(&mut self, key: &CurrentKey<'_, K>, entry: E) -> bool {
+        to_lsm!(self.insert_absent(key, entry));
         let epoch = self.epoch;
         let (i, direct) = self.settled(key.key_group);
         let slot = &mut self.groups[i];
@@ -230,6 +258,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         key: &CurrentKey<'_, K>,
         default: impl FnOnce() -> E,
     ) -> &mut E {
+        to_lsm!(self.get_or_insert_with(key, default));
         let epoch = self.epoch;
         let (slot, direct) = self.slot_for_write(key.key_group);
         if direct {
@@ -270,6 +299,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         key: &CurrentKey<'_, K>,
         f: impl FnOnce(Option<E>) -> Option<E>,
     ) {
+        to_lsm!(self.update(key, f));
         let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
         let (slot, direct) = self.slot_for_write(key.key_group);
         if direct {
@@ -302,6 +332,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     /// Removes `key`; a missing key neither copies nor dirties the group.
     pub(crate) fn remove(&mut self, key: &CurrentKey<'_, K>) -> Option<E> {
+        to_lsm!(self.remove(key));
         let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
         let (i, direct) = self.settled(key.key_group);
         let slot = &mut self.groups[i];
@@ -345,6 +376,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         applies: impl FnOnce(&E) -> bool,
         f: impl FnOnce(&mut E) -> R,
     ) -> Option<R> {
+        to_lsm!(self.modify_existing(key, applies, f));
         if !self.get(key).is_some_and(applies) {
             return None;
         }
@@ -376,11 +408,57 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
     /// The number of keys, summed over key groups: O(number of key groups), plus the keys
     /// written while a snapshot was being written.
     pub(crate) fn len(&self) -> usize {
+        to_lsm!(ref self.len());
         self.groups.iter().map(Slot::len).sum()
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &E)> {
-        self.groups.iter().flat_map(Slot::iter)
+        // With the RocksDB backend `groups` are empty and the entries come from the tier.
+        #[cfg(feature = "rocksdb")]
+        let stored = self.lsm.as_deref().map(|tier| tier.iter());
+        #[cfg(not(feature = "rocksdb"))]
+        let stored: Option<std::iter::Empty<(&K, &E)>> = None;
+        stored
+            .into_iter()
+            .flatten()
+            .chain(self.groups.iter().flat_map(Slot::iter))
+    }
+
+    /// Moves the table's entries to RocksDB: from now on every access goes to `store`.
+    /// Called once, after `init` and before anything is written or restored.
+    #[cfg(feature = "rocksdb")]
+    pub(crate) fn use_lsm(
+        &mut self,
+        store: &std::sync::Arc<crate::lsm::LsmStore>,
+    ) -> Result<(), StateError> {
+        let tier = crate::lsm::tier::LsmTier::new(
+            store.clone(),
+            self.name.clone(),
+            self.max_parallelism,
+            self.range,
+        )?;
+        self.lsm = Some(Box::new(tier));
+        Ok(())
+    }
+
+    /// Between batches: with the RocksDB backend, spills the in-memory tier if it is over its
+    /// budget and returns a RocksDB failure seen since the last call.
+    pub(crate) fn maintain(&mut self) -> Result<(), StateError> {
+        #[cfg(feature = "rocksdb")]
+        if let Some(tier) = self.lsm.as_deref_mut() {
+            return tier.maintain();
+        }
+        Ok(())
+    }
+
+    /// The synchronous snapshot of whichever backend holds the entries.
+    pub(crate) fn snapshot_into(&mut self, out: &mut Vec<Box<dyn crate::FrozenTable>>) {
+        #[cfg(feature = "rocksdb")]
+        if let Some(tier) = self.lsm.as_deref_mut() {
+            out.push(Box::new(tier.freeze()));
+            return;
+        }
+        out.push(Box::new(self.freeze()));
     }
 
     /// The number of removed keys remembered for deltas, summed over key groups.
@@ -459,7 +537,8 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 });
             }
         }
-        if let Some(found) = reader.table_kind(&self.name) {
+        let found = reader.table_kind(&self.name);
+        if let Some(found) = found {
             if found != C::KIND {
                 return Err(StateError::KindMismatch {
                     table: self.name.to_string(),
@@ -467,23 +546,22 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                     found,
                 });
             }
+        }
+        #[cfg(feature = "rocksdb")]
+        if let Some(mut tier) = self.lsm.take() {
+            // One key group in memory at a time, straight into RocksDB.
+            let groups = self
+                .range
+                .iter()
+                .filter(|_| found.is_some())
+                .map(|key_group| Ok((key_group, self.restored_entries(reader, key_group)?)));
+            let restored = tier.restore(groups);
+            self.lsm = Some(tier);
+            return restored;
+        }
+        if found.is_some() {
             for (group, key_group) in restored.iter_mut().zip(self.range.iter()) {
-                let mut first = true;
-                for blob in reader.key_group_blobs(&self.name, key_group) {
-                    if first == blob.delta {
-                        return Err(StateError::Decode {
-                            table: self.name.to_string(),
-                            key_group,
-                            reason: "a key group's chain of blobs must start with its full contents and continue with deltas".into(),
-                        });
-                    }
-                    first = false;
-                    if blob.delta {
-                        self.apply_delta(key_group, blob.bytes, &mut group.entries)?;
-                    } else {
-                        group.entries = self.decode_group(key_group, blob.bytes)?;
-                    }
-                }
+                group.entries = self.restored_entries(reader, key_group)?;
             }
         }
         self.groups = restored
@@ -493,6 +571,32 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
         self.last_modified.fill(self.epoch);
         self.epoch += 1;
         Ok(())
+    }
+
+    /// The entries of `key_group` in `reader`: its full contents, then its deltas applied.
+    fn restored_entries(
+        &self,
+        reader: &KeyedSnapshotReader,
+        key_group: u32,
+    ) -> Result<EntryTable<K, E>, StateError> {
+        let mut entries = EntryTable::default();
+        let mut first = true;
+        for blob in reader.key_group_blobs(&self.name, key_group) {
+            if first == blob.delta {
+                return Err(StateError::Decode {
+                    table: self.name.to_string(),
+                    key_group,
+                    reason: "a key group's chain of blobs must start with its full contents and continue with deltas".into(),
+                });
+            }
+            first = false;
+            if blob.delta {
+                self.apply_delta(key_group, blob.bytes, &mut entries)?;
+            } else {
+                entries = self.decode_group(key_group, blob.bytes)?;
+            }
+        }
+        Ok(entries)
     }
 
     fn decode_error(&self, key_group: u32) -> impl Fn(String) -> StateError + '_ {

@@ -75,6 +75,8 @@ pub mod incremental_format;
 mod key;
 mod keyed_table;
 mod list_state;
+#[cfg(feature = "rocksdb")]
+pub mod lsm;
 mod map_state;
 pub mod operator_state;
 pub mod snapshot_format;

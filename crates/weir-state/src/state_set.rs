@@ -67,6 +67,20 @@ pub trait KeyedStateSet<K: Key>: Send + 'static {
     /// is taken since an older one any more, so the tables forget the keys removed up to it.
     fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>);
 
+    /// Moves every table to the RocksDB backend: from now on their entries live in `store`
+    /// (see [`crate::lsm`]). Called once by the runtime, after [`init`](Self::init) and before
+    /// [`restore`](Self::restore) or any access.
+    #[cfg(feature = "rocksdb")]
+    fn use_lsm(&mut self, store: &std::sync::Arc<crate::lsm::LsmStore>) -> Result<(), StateError>;
+
+    /// Called by the runtime between batches and before every snapshot. With the RocksDB
+    /// backend a table spills its in-memory tier if it is over its budget, and returns a
+    /// RocksDB failure met since the last call (reads cannot return one). The heap backend has
+    /// nothing to do.
+    fn maintain(&mut self) -> Result<(), StateError> {
+        Ok(())
+    }
+
     /// Errors if two tables share a name: their snapshots would be indistinguishable.
     fn check_names(&self) -> Result<(), StateError> {
         let mut names = Vec::new();
@@ -93,7 +107,7 @@ where
     }
 
     fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>) {
-        out.push(Box::new(self.freeze()));
+        self.snapshot_into(out)
     }
 
     fn restore(&mut self, snapshot: &KeyedSnapshotReader) -> Result<(), StateError> {
@@ -106,6 +120,15 @@ where
 
     fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
         KeyGroupedMap::forget_removals(self, confirmed_epoch)
+    }
+
+    #[cfg(feature = "rocksdb")]
+    fn use_lsm(&mut self, store: &std::sync::Arc<crate::lsm::LsmStore>) -> Result<(), StateError> {
+        KeyGroupedMap::use_lsm(self, store)
+    }
+
+    fn maintain(&mut self) -> Result<(), StateError> {
+        KeyGroupedMap::maintain(self)
     }
 }
 
@@ -135,6 +158,18 @@ macro_rules! forward_to_table {
         fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
             $crate::KeyedStateSet::forget_removals(&mut self.$table, confirmed_epoch)
         }
+
+        #[cfg(feature = "rocksdb")]
+        fn use_lsm(
+            &mut self,
+            store: &std::sync::Arc<$crate::lsm::LsmStore>,
+        ) -> Result<(), $crate::StateError> {
+            $crate::KeyedStateSet::use_lsm(&mut self.$table, store)
+        }
+
+        fn maintain(&mut self) -> Result<(), $crate::StateError> {
+            $crate::KeyedStateSet::maintain(&mut self.$table)
+        }
     };
 }
 pub(crate) use forward_to_table;
@@ -147,6 +182,10 @@ impl<K: Key> KeyedStateSet<K> for () {
     }
     fn names(&self, _out: &mut Vec<String>) {}
     fn forget_removals(&mut self, _confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {}
+    #[cfg(feature = "rocksdb")]
+    fn use_lsm(&mut self, _store: &std::sync::Arc<crate::lsm::LsmStore>) -> Result<(), StateError> {
+        Ok(())
+    }
 }
 
 macro_rules! tuple_state_set {
@@ -167,6 +206,15 @@ macro_rules! tuple_state_set {
             }
             fn forget_removals(&mut self, confirmed_epoch: &dyn Fn(&str) -> Option<u64>) {
                 $(self.$index.forget_removals(confirmed_epoch);)+
+            }
+            #[cfg(feature = "rocksdb")]
+            fn use_lsm(&mut self, store: &std::sync::Arc<crate::lsm::LsmStore>) -> Result<(), StateError> {
+                $(self.$index.use_lsm(store)?;)+
+                Ok(())
+            }
+            fn maintain(&mut self) -> Result<(), StateError> {
+                $(self.$index.maintain()?;)+
+                Ok(())
             }
         }
     };

@@ -1,0 +1,202 @@
+//! One keyed operator subtask's RocksDB instance: where it lives, how its memory is sized, and
+//! the snapshots in flight over it.
+
+use super::materialize::Materialization;
+use crate::error::StateError;
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,
+    WriteBatch, WriteOptions, DB,
+};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Where a subtask's RocksDB goes and how much memory it may use (`state.backend.rocksdb.*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LsmOptions {
+    /// The directory the subtask's database is made in (and removed from when it ends).
+    pub local_dir: PathBuf,
+    /// The memory one subtask's keyed state may use, all tables together: half for RocksDB's
+    /// block cache, a quarter for its write buffers, a quarter for Weir's in-memory tier
+    /// (Flink's `state.backend.rocksdb.memory.fixed-per-slot`).
+    pub memory_bytes: u64,
+}
+
+impl Default for LsmOptions {
+    fn default() -> Self {
+        LsmOptions {
+            local_dir: std::env::temp_dir(),
+            memory_bytes: 256 << 20,
+        }
+    }
+}
+
+/// The least memory RocksDB is given, whatever the budget: it needs a few megabytes to work at
+/// all. (The in-memory tier takes its share of the budget as it is: with none, every batch
+/// spills.)
+pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
+
+/// A keyed operator subtask's RocksDB: one column family per state table, the write-ahead log
+/// off. Shared by the subtask's tables and by the snapshot workers writing its snapshots.
+pub struct LsmStore {
+    // Dropped before `dir`: the database closes before its directory is removed.
+    db: DB,
+    dir: tempfile::TempDir,
+    write_options: WriteOptions,
+    /// The in-memory tier's share of the budget, for each table.
+    tier_budget: u64,
+    /// The snapshot whose synchronous phase is under way: the tables join it as they freeze.
+    current: Mutex<Option<Arc<Materialization>>>,
+    /// The newest snapshot taken, which the next one materializes after. Weak: a snapshot is
+    /// kept by the snapshot writing it and by the tables until it is in RocksDB, not by the
+    /// store it points to.
+    last: Mutex<Weak<Materialization>>,
+    next_checkpoint_dir: AtomicU64,
+}
+
+impl LsmStore {
+    /// Makes a fresh database for the tables `tables` (their names) in a new directory under
+    /// `options.local_dir`, named after `label` (the operator and subtask, for people looking
+    /// at the disk).
+    pub fn open(
+        options: &LsmOptions,
+        label: &str,
+        tables: &[String],
+    ) -> Result<Arc<LsmStore>, StateError> {
+        let memory = options.memory_bytes.max(MIN_MEMORY_BYTES);
+        std::fs::create_dir_all(&options.local_dir).map_err(|e| {
+            backend_error(format!(
+                "cannot create the RocksDB directory {}: {e}",
+                options.local_dir.display()
+            ))
+        })?;
+        let safe_label: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("weir-rocksdb-{safe_label}-"))
+            .tempdir_in(&options.local_dir)
+            .map_err(|e| {
+                backend_error(format!(
+                    "cannot make a RocksDB directory in {}: {e}",
+                    options.local_dir.display()
+                ))
+            })?;
+        let db_options = db_options(memory, tables.len())?;
+        let families = tables
+            .iter()
+            .map(|t| ColumnFamilyDescriptor::new(family_name(t), db_options.clone()));
+        let db = DB::open_cf_descriptors(&db_options, dir.path().join("db"), families)
+            .map_err(|e| backend_error(format!("cannot open RocksDB: {e}")))?;
+        let mut write_options = WriteOptions::default();
+        write_options.disable_wal(true);
+        Ok(Arc::new(LsmStore {
+            db,
+            dir,
+            write_options,
+            tier_budget: options.memory_bytes / 4 / tables.len().max(1) as u64,
+            current: Mutex::new(None),
+            last: Mutex::new(Weak::new()),
+            next_checkpoint_dir: AtomicU64::new(0),
+        }))
+    }
+
+    /// The directory the database lives in.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The in-memory tier's budget for each table, in (estimated) bytes.
+    pub(crate) fn tier_budget(&self) -> u64 {
+        self.tier_budget
+    }
+
+    pub(crate) fn db(&self) -> &DB {
+        &self.db
+    }
+
+    /// The column family of table `table`.
+    pub(crate) fn family(&self, table: &str) -> Result<&ColumnFamily, StateError> {
+        self.db.cf_handle(&family_name(table)).ok_or_else(|| {
+            backend_error(format!(
+                "state table '{table}' has no column family in this subtask's RocksDB"
+            ))
+        })
+    }
+
+    pub(crate) fn write(&self, batch: WriteBatch) -> Result<(), StateError> {
+        self.db
+            .write_opt(batch, &self.write_options)
+            .map_err(|e| backend_error(format!("RocksDB write failed: {e}")))
+    }
+
+    /// Starts the synchronous phase of a snapshot: the tables' [`freeze`] join the
+    /// materialization returned, which comes after every earlier one.
+    ///
+    /// [`freeze`]: super::tier::LsmTier::freeze
+    pub fn begin_snapshot(self: &Arc<Self>) {
+        let n = self.next_checkpoint_dir.fetch_add(1, Ordering::Relaxed);
+        let mut last = self.last.lock().expect("lsm store lock");
+        let previous = last.upgrade().filter(|m| !m.is_done());
+        let round = Arc::new(Materialization::new(
+            self.clone(),
+            previous,
+            self.dir.path().join(format!("snapshot-{n}")),
+        ));
+        *last = Arc::downgrade(&round);
+        drop(last);
+        *self.current.lock().expect("lsm store lock") = Some(round);
+    }
+
+    /// A snapshot of one table alone, for a table frozen outside
+    /// [`begin_snapshot`](Self::begin_snapshot) (a test taking a table's snapshot by hand).
+    pub(crate) fn solo_snapshot(self: &Arc<Self>) -> Arc<Materialization> {
+        self.begin_snapshot();
+        let round = self.current.lock().expect("lsm store lock").take();
+        round.expect("begin_snapshot sets the current snapshot")
+    }
+
+    /// Ends the synchronous phase begun by [`begin_snapshot`](Self::begin_snapshot).
+    pub fn end_snapshot(&self) {
+        self.current.lock().expect("lsm store lock").take();
+    }
+
+    /// The snapshot whose synchronous phase is under way.
+    pub(crate) fn current_snapshot(&self) -> Option<Arc<Materialization>> {
+        self.current.lock().expect("lsm store lock").clone()
+    }
+}
+
+/// The column family of a table: a prefix keeps a table named `default` apart from RocksDB's
+/// own default family.
+pub(crate) fn family_name(table: &str) -> String {
+    format!("weir/{table}")
+}
+
+pub(crate) fn backend_error(reason: String) -> StateError {
+    StateError::Backend(reason)
+}
+
+/// RocksDB's options for `tables` tables sharing `memory` bytes (see [`LsmOptions`]).
+fn db_options(memory: u64, tables: usize) -> Result<Options, StateError> {
+    let mut options = Options::default();
+    options.create_if_missing(true);
+    options.create_missing_column_families(true);
+    options.set_max_background_jobs(2);
+    options.set_keep_log_file_num(2);
+    options.set_compression_type(DBCompressionType::Lz4);
+    let write_buffers = memory / 4;
+    options.set_db_write_buffer_size(write_buffers as usize);
+    options.set_write_buffer_size((write_buffers / 2 / tables.max(1) as u64).max(1 << 20) as usize);
+    options.set_max_write_buffer_number(2);
+    let cache = Cache::new_lru_cache((memory / 2) as usize)
+        .map_err(|e| backend_error(format!("cannot make RocksDB's block cache: {e}")))?;
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&cache);
+    table.set_bloom_filter(10.0, false);
+    // Index and filter blocks stay outside the block cache: inside a small one they evict each
+    // other and every read goes to disk.
+    options.set_block_based_table_factory(&table);
+    Ok(options)
+}

@@ -281,6 +281,7 @@ mod tests {
             parallelism: 1,
             max_parallelism: 128,
             key_groups: KeyGroupRange::new(0, 0),
+            state_backend: Default::default(),
         }
     }
 

@@ -167,6 +167,7 @@ mod tests {
             parallelism: 2,
             max_parallelism: 128,
             key_groups: KeyGroupRange::new(0, 0),
+            state_backend: Default::default(),
         }
     }
 

@@ -3,7 +3,8 @@
 //! A Flink user finds the same keys: `execution.checkpointing.interval`, `.timeout`,
 //! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
 //! `.num-retained`, `.dir`, `.incremental`, `.data-inline-threshold`,
-//! `pipeline.max-parallelism`, and for `s3://`
+//! `pipeline.max-parallelism`, the keyed state backend `state.backend.type` with
+//! `state.backend.rocksdb.localdir` and `.memory.fixed-per-slot` ([`StateBackendConfig`]), and for `s3://`
 //! checkpoint directories `s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
 //! `s3.path.style.access` (as Flink's S3 file systems name them) and `s3.allow-http`, and for
 //! high availability `high-availability.type`, `high-availability.zookeeper.quorum`,
@@ -24,8 +25,10 @@
 //! ```
 
 mod high_availability;
+mod state_backend;
 
 pub use high_availability::{HighAvailabilityConfig, ZooKeeperHaConfig};
+pub use state_backend::{StateBackendConfig, StateBackendKind};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -110,6 +113,12 @@ pub const OPTIONS: &[(&str, &str)] = &[
         "restart-strategy.exponential-delay.attempts-before-reset-backoff",
         "(unlimited)",
     ),
+    ("state.backend.type", "hashmap (or rocksdb)"),
+    (
+        "state.backend.rocksdb.localdir",
+        "(the system's temporary directory)",
+    ),
+    ("state.backend.rocksdb.memory.fixed-per-slot", "256 mb"),
     ("high-availability.type", "none (or zookeeper)"),
     (
         "high-availability.zookeeper.quorum",
@@ -260,7 +269,7 @@ impl Config {
     }
 }
 
-fn invalid(key: &str, value: &str, reason: String) -> ConfigError {
+pub(crate) fn invalid(key: &str, value: &str, reason: String) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_string(),
         value: value.to_string(),

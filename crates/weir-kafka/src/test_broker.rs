@@ -69,5 +69,6 @@ pub(crate) fn ctx(index: u32, parallelism: u32) -> OperatorContext {
         parallelism,
         max_parallelism: 128,
         key_groups: KeyGroupRange::new(0, 0),
+        state_backend: Default::default(),
     }
 }

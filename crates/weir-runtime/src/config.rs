@@ -1,7 +1,7 @@
 //! How to run a job: checkpointing, batching, restarts, and where the job starts from.
 
 use std::time::Duration;
-use weir_core::config::CheckpointConfig;
+use weir_core::config::{CheckpointConfig, StateBackendConfig};
 
 use crate::injection::FailureInjection;
 use crate::restart::RestartStrategy;
@@ -21,6 +21,9 @@ pub enum StartMode {
 #[derive(Clone, Debug)]
 pub struct ExecutionConfig {
     pub checkpoint: CheckpointConfig,
+    /// Where keyed operators keep their state (`state.backend.*`). The default comes from the
+    /// `WEIR_STATE_BACKEND_*` environment variables, else the heap.
+    pub state_backend: StateBackendConfig,
     pub start: StartMode,
     /// Records per batch.
     pub batch_size: usize,
@@ -59,6 +62,10 @@ impl Default for ExecutionConfig {
     fn default() -> Self {
         ExecutionConfig {
             checkpoint: CheckpointConfig::default(),
+            state_backend: StateBackendConfig::from_env().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "ignoring the state backend set in the environment");
+                StateBackendConfig::default()
+            }),
             start: StartMode::New,
             batch_size: 1024,
             channel_capacity: 8,

@@ -219,6 +219,7 @@ pub fn deploy(
                     parallelism: node.parallelism,
                     max_parallelism: graph.max_parallelism,
                     key_groups,
+                    state_backend: config.state_backend.clone(),
                 },
                 control: control_rx,
                 coordinator: coordinator.clone(),

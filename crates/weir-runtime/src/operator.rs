@@ -1,6 +1,7 @@
 //! The operator contracts the task loops drive: sources and one-input operators (a two-input
 //! operator is a one-input operator over [`Either`](crate::channel::Either)).
 
+use weir_core::config::StateBackendConfig;
 use weir_core::{CheckpointId, KeyGroupRange};
 use weir_state::{FrozenTable, KeyedSnapshotPlan, KeyedSnapshotReader, OperatorStateSnapshot};
 
@@ -29,6 +30,8 @@ pub struct OperatorContext {
     pub max_parallelism: u32,
     /// Key groups this subtask owns (meaningful for keyed operators).
     pub key_groups: KeyGroupRange,
+    /// Where keyed operators keep their state.
+    pub state_backend: StateBackendConfig,
 }
 
 /// The synchronous part of a snapshot: frozen views, cheap to take, serialised later on a

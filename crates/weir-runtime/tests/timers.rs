@@ -73,6 +73,7 @@ fn ctx() -> OperatorContext {
         parallelism: 1,
         max_parallelism: MP,
         key_groups: KeyGroupRange::new(0, MP),
+        state_backend: Default::default(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir_api::prelude::*;
 use weir_connectors::{Event, EventGenerator, FileSink};
-use weir_core::config::{CheckpointConfig, Config};
+use weir_core::config::{CheckpointConfig, Config, StateBackendConfig, StateBackendKind};
 use weir_runtime::graph::JobGraph;
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::FailureInjection;
@@ -95,6 +95,7 @@ pub fn demo_graph(
 pub fn execution_config(config: &Config, start: StartMode) -> Result<ExecutionConfig, CliError> {
     let mut exec = ExecutionConfig {
         checkpoint: CheckpointConfig::from_config(config)?,
+        state_backend: state_backend(config)?,
         start,
         ..ExecutionConfig::default()
     };
@@ -108,6 +109,17 @@ pub fn execution_config(config: &Config, start: StartMode) -> Result<ExecutionCo
         .map(std::path::PathBuf::from);
     exec.failure_injection = FailureInjection::from_env().map_err(CliError::usage)?;
     Ok(exec)
+}
+
+/// The `state.backend.*` options, refusing a backend this build does not have.
+pub fn state_backend(config: &Config) -> Result<StateBackendConfig, CliError> {
+    let backend = StateBackendConfig::from_config(config)?;
+    if backend.kind == StateBackendKind::RocksDb && !cfg!(feature = "rocksdb") {
+        return Err(CliError::usage(
+            weir_runtime::operators::keyed_backend::ROCKSDB_MISSING,
+        ));
+    }
+    Ok(backend)
 }
 
 pub fn run(args: DemoArgs) -> Result<(), CliError> {

@@ -205,6 +205,7 @@ mod tests {
             parallelism,
             max_parallelism: 128,
             key_groups: KeyGroupRange::new(0, 0),
+            state_backend: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ fn ctx(index: u32) -> OperatorContext {
         parallelism: 1,
         max_parallelism: 128,
         key_groups: KeyGroupRange::new(0, 0),
+        state_backend: Default::default(),
     }
 }
 

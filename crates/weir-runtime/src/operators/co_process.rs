@@ -191,7 +191,7 @@ where
         batch: Vec<Either<I1, I2>>,
         out: &mut Output<O>,
     ) -> Result<(), TaskError> {
-        let (backend, state) = self.keyed.opened();
+        let (backend, state) = self.keyed.opened()?;
         for record in batch {
             match record {
                 Either::Left(r) => {
@@ -214,7 +214,7 @@ where
     }
 
     fn watermark(&mut self, watermark: i64, out: &mut Output<O>) -> Result<(), TaskError> {
-        let (backend, state) = self.keyed.opened();
+        let (backend, state) = self.keyed.opened()?;
         let function = &mut self.function;
         backend.advance_watermark(watermark, |key, timer, ctx| {
             function.on_timer(key, timer, state, ctx, out)
@@ -226,7 +226,7 @@ where
     }
 
     fn on_processing_time(&mut self, out: &mut Output<O>) -> Result<(), TaskError> {
-        let (backend, state) = self.keyed.opened();
+        let (backend, state) = self.keyed.opened()?;
         let function = &mut self.function;
         backend.fire_processing_timers(|key, timer, ctx| {
             function.on_timer(key, timer, state, ctx, out)
@@ -234,7 +234,7 @@ where
     }
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
-        Ok(self.keyed.snapshot(checkpoint))
+        self.keyed.snapshot(checkpoint)
     }
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {

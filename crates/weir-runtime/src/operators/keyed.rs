@@ -157,7 +157,7 @@ where
     }
 
     fn process_batch(&mut self, batch: Vec<I>, out: &mut Output<O>) -> Result<(), TaskError> {
-        let (backend, state) = self.keyed.opened();
+        let (backend, state) = self.keyed.opened()?;
         for record in batch {
             let key = (self.key)(&record);
             let current = CurrentKey::new(&key, backend.max_parallelism);
@@ -169,7 +169,7 @@ where
     }
 
     fn watermark(&mut self, watermark: i64, out: &mut Output<O>) -> Result<(), TaskError> {
-        let (backend, state) = self.keyed.opened();
+        let (backend, state) = self.keyed.opened()?;
         let function = &mut self.function;
         backend.advance_watermark(watermark, |key, timer, ctx| {
             function.on_timer(key, timer, state, ctx, out)
@@ -181,7 +181,7 @@ where
     }
 
     fn on_processing_time(&mut self, out: &mut Output<O>) -> Result<(), TaskError> {
-        let (backend, state) = self.keyed.opened();
+        let (backend, state) = self.keyed.opened()?;
         let function = &mut self.function;
         backend.fire_processing_timers(|key, timer, ctx| {
             function.on_timer(key, timer, state, ctx, out)
@@ -189,7 +189,7 @@ where
     }
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
-        Ok(self.keyed.snapshot(checkpoint))
+        self.keyed.snapshot(checkpoint)
     }
 
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {

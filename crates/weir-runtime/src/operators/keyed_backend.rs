@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use weir_core::config::StateBackendKind;
 use weir_core::{CheckpointId, Clock, SystemClock};
 use weir_state::{CurrentKey, IncrementalBase, Key, KeyedStateSet};
 
@@ -31,6 +32,9 @@ pub struct KeyedBackend<K> {
     pub timers: TimerService<K>,
     base: IncrementalBase,
     pub max_parallelism: u32,
+    /// With `state.backend.type: rocksdb`, the subtask's RocksDB (timers stay on the heap).
+    #[cfg(feature = "rocksdb")]
+    lsm: Option<Arc<weir_state::lsm::LsmStore>>,
 }
 
 impl<K: Key> KeyedBackend<K> {
@@ -43,30 +47,56 @@ impl<K: Key> KeyedBackend<K> {
         restored: &RestoredState,
     ) -> Result<(KeyedBackend<K>, S), TaskError> {
         check_reserved_names(&state, &ctx.uid)?;
-        let state = open_state(state, ctx, restored)?;
+        let (state, _lsm) = open_state(state, ctx, restored)?;
         let backend = KeyedBackend {
             timers: open_timers(clock, ctx, restored)?,
             base: restored_base(ctx, restored),
             max_parallelism: ctx.max_parallelism,
+            #[cfg(feature = "rocksdb")]
+            lsm: _lsm,
         };
         Ok((backend, state))
     }
 
-    /// The synchronous snapshot of `state` and the timers, O(tables × key groups).
+    /// Between batches: the state tables' upkeep (see [`KeyedStateSet::maintain`]).
+    pub fn maintain<SK: Key, S: KeyedStateSet<SK>>(
+        &mut self,
+        state: &mut S,
+    ) -> Result<(), TaskError> {
+        Ok(state.maintain()?)
+    }
+
+    /// The synchronous snapshot of `state` and the timers, O(tables × key groups). RocksDB
+    /// tables are written in full (their snapshot format has no deltas yet).
     pub fn snapshot<SK: Key, S: KeyedStateSet<SK>>(
         &mut self,
         checkpoint: CheckpointId,
         state: &mut S,
-    ) -> OperatorSnapshot {
+    ) -> Result<OperatorSnapshot, TaskError> {
+        // A RocksDB failure met by a read since the last batch fails the task here, before a
+        // checkpoint could hold what the read got wrong.
+        state.maintain()?;
         let mut keyed = Vec::new();
+        #[cfg(feature = "rocksdb")]
+        if let Some(store) = &self.lsm {
+            store.begin_snapshot();
+            state.snapshot(&mut keyed);
+            store.end_snapshot();
+            self.timers.snapshot(&mut keyed);
+            return Ok(OperatorSnapshot {
+                keyed,
+                operator: None,
+                incremental: None,
+            });
+        }
         state.snapshot(&mut keyed);
         self.timers.snapshot(&mut keyed);
         let plan = self.base.plan(checkpoint.0, &keyed);
-        OperatorSnapshot {
+        Ok(OperatorSnapshot {
             keyed,
             operator: None,
             incremental: Some(plan),
-        }
+        })
     }
 
     /// Checkpoint `checkpoint` completed: it may be the new incremental base, and the tables
@@ -142,22 +172,32 @@ impl<K: Key, S> KeyedSlot<K, S> {
     /// # Panics
     /// Before [`open`](Self::open): the task loop opens every operator before it hands it
     /// anything.
-    pub fn opened(&mut self) -> (&mut KeyedBackend<K>, &mut S) {
+    ///
+    /// Between batches it is also where the state tables' upkeep happens (see
+    /// [`KeyedStateSet::maintain`]), so an error of the state backend fails the task here.
+    pub fn opened<SK: Key>(&mut self) -> Result<(&mut KeyedBackend<K>, &mut S), TaskError>
+    where
+        S: KeyedStateSet<SK>,
+    {
         let (backend, state) = self.0.as_mut().expect("opened before processing");
-        (backend, state)
+        backend.maintain(state)?;
+        Ok((backend, state))
     }
 
     pub fn next_processing_timer(&self) -> Option<Duration> {
         self.0.as_ref()?.0.timers.until_next_processing_timer()
     }
 
-    pub fn snapshot<SK: Key>(&mut self, checkpoint: CheckpointId) -> OperatorSnapshot
+    pub fn snapshot<SK: Key>(
+        &mut self,
+        checkpoint: CheckpointId,
+    ) -> Result<OperatorSnapshot, TaskError>
     where
         S: KeyedStateSet<SK>,
     {
         match self.0.as_mut() {
             Some((backend, state)) => backend.snapshot(checkpoint, state),
-            None => OperatorSnapshot::default(),
+            None => Ok(OperatorSnapshot::default()),
         }
     }
 
@@ -210,12 +250,20 @@ fn open_timers<K: Key>(
     Ok(timers)
 }
 
-/// Creates a function's state tables for this subtask and loads restored state into them.
+/// With `state.backend.type: rocksdb`, the subtask's RocksDB.
+#[cfg(feature = "rocksdb")]
+type Lsm = Option<Arc<weir_state::lsm::LsmStore>>;
+/// Without the `rocksdb` feature there is never one.
+#[cfg(not(feature = "rocksdb"))]
+type Lsm = Option<std::convert::Infallible>;
+
+/// Creates a function's state tables for this subtask, in the backend the job chose, and loads
+/// restored state into them.
 fn open_state<K: Key, S: KeyedStateSet<K>>(
     mut state: S,
     ctx: &OperatorContext,
     restored: &RestoredState,
-) -> Result<S, TaskError> {
+) -> Result<(S, Lsm), TaskError> {
     let mut names = Vec::new();
     state.names(&mut names);
     let mut sorted = names.clone();
@@ -227,11 +275,42 @@ fn open_state<K: Key, S: KeyedStateSet<K>>(
         )));
     }
     state.init(ctx.max_parallelism, ctx.key_groups);
+    let lsm = use_backend(&mut state, &names, ctx)?;
     if let Some(reader) = &restored.keyed {
         state.restore(reader)?;
     }
-    Ok(state)
+    Ok((state, lsm))
 }
+
+/// Moves the tables to the backend `ctx` names (they start on the heap).
+fn use_backend<K: Key, S: KeyedStateSet<K>>(
+    _state: &mut S,
+    _names: &[String],
+    ctx: &OperatorContext,
+) -> Result<Lsm, TaskError> {
+    match ctx.state_backend.kind {
+        StateBackendKind::HashMap => Ok(None),
+        #[cfg(feature = "rocksdb")]
+        StateBackendKind::RocksDb => {
+            if _names.is_empty() {
+                return Ok(None);
+            }
+            let options = weir_state::lsm::LsmOptions {
+                local_dir: ctx.state_backend.rocksdb_local_dir.clone(),
+                memory_bytes: ctx.state_backend.rocksdb_memory,
+            };
+            let label = format!("{}-{}", ctx.uid, ctx.index);
+            let store = weir_state::lsm::LsmStore::open(&options, &label, _names)?;
+            _state.use_lsm(&store)?;
+            Ok(Some(store))
+        }
+        #[cfg(not(feature = "rocksdb"))]
+        StateBackendKind::RocksDb => Err(TaskError::user(ROCKSDB_MISSING)),
+    }
+}
+
+/// Why `state.backend.type: rocksdb` fails in a build without the backend.
+pub const ROCKSDB_MISSING: &str = "state.backend.type is rocksdb, but this build of Weir has no RocksDB state backend: build it with `--features rocksdb` (which needs Debian's librocksdb-dev and libclang-dev; scripts/rocksdb.sh installs them)";
 
 /// The incremental base of a restored subtask: the chains of the checkpoint it restored from
 /// (empty on a fresh start, or after a restore from a full checkpoint).

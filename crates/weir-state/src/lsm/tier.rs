@@ -26,6 +26,9 @@ pub(crate) const MAX_PARALLELISM: u32 = 32_768;
 /// Keys written and not yet in RocksDB: `None` is a removal.
 type Writes<K, E> = HashMap<K, Option<E>>;
 
+/// A snapshot's frozen writes, with the snapshot that writes them into RocksDB.
+type Pending<K, E> = (Arc<Writes<K, E>>, Arc<Materialization>);
+
 /// A state table whose entries live in RocksDB, with the in-memory tier in front.
 // Invariants: the tiers are searched newest first — `dirty`, then `frozen` from the newest
 // snapshot back, then `cache`, then RocksDB — and a key in `dirty` or `frozen` is never in
@@ -38,7 +41,7 @@ pub(crate) struct LsmTier<K, E, C> {
     max_parallelism: u32,
     range: KeyGroupRange,
     dirty: Writes<K, E>,
-    frozen: Vec<(Arc<Writes<K, E>>, Arc<Materialization>)>,
+    frozen: Vec<Pending<K, E>>,
     /// Entries read from RocksDB (`None`: RocksDB has no entry); filled behind `&self`, its
     /// entries boxed so that references to them survive later insertions.
     cache: FrozenMap<K, Box<Option<E>>>,
@@ -325,10 +328,10 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
             }
         }
         self.store.write(batch)?;
-        if count > 0 {
+        if let Some(average) = encoded.checked_div(count) {
             // Keys and entries own heap memory the size of their encoding, roughly.
             let fixed = (std::mem::size_of::<K>() + std::mem::size_of::<Option<E>>() + 32) as u64;
-            self.entry_bytes = fixed + (encoded / count) as u64;
+            self.entry_bytes = fixed + average as u64;
         }
         self.cache.as_mut().clear();
         self.listed = FrozenVec::new();

@@ -408,8 +408,8 @@ fn restore(
     latest: &[Written],
 ) -> Result<u64, CliError> {
     let results = on_threads(
-        subtasks.iter().zip(latest),
-        |(s, w)| -> Result<(u64, usize), String> {
+        subtasks.iter().map(|s| s.range).zip(latest),
+        |(range, w)| -> Result<(u64, usize), String> {
             let bytes = storage
                 .read_state_file(&w.manifest)
                 .map_err(|e| e.to_string())?;
@@ -421,9 +421,9 @@ fn restore(
                 read += b.len() as u64;
                 files.insert(h.path.clone(), b);
             }
-            let reader = manifest.reader(s.range, files).map_err(|e| e.to_string())?;
+            let reader = manifest.reader(range, files).map_err(|e| e.to_string())?;
             let mut state = ValueState::<u64, String>::new("values");
-            state.init(DEFAULT_MAX_PARALLELISM, s.range);
+            state.init(DEFAULT_MAX_PARALLELISM, range);
             state.restore(&reader).map_err(|e| e.to_string())?;
             Ok((read, state.len()))
         },
@@ -522,13 +522,13 @@ fn restore_savepoint(path: &Path, subtasks: &[Subtask], keys: u64) -> Result<(),
     let (storage, metadata) =
         weir_storage::savepoint::open_savepoint(path).map_err(|e| failed(e.to_string()))?;
     let operator = OperatorId::from_uid(OPERATOR_UID);
-    let restored = on_threads(subtasks, |s| -> Result<usize, String> {
-        let reader =
-            weir_runtime::restore::read_keyed_state(&storage, &metadata, operator, s.range)
-                .map_err(|e| e.to_string())?
-                .ok_or("no keyed state in the savepoint")?;
+    let ranges = subtasks.iter().map(|s| s.range);
+    let restored = on_threads(ranges, |range| -> Result<usize, String> {
+        let reader = weir_runtime::restore::read_keyed_state(&storage, &metadata, operator, range)
+            .map_err(|e| e.to_string())?
+            .ok_or("no keyed state in the savepoint")?;
         let mut state = ValueState::<u64, String>::new("values");
-        state.init(DEFAULT_MAX_PARALLELISM, s.range);
+        state.init(DEFAULT_MAX_PARALLELISM, range);
         state.restore(&reader).map_err(|e| e.to_string())?;
         Ok(state.len())
     });

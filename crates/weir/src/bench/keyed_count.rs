@@ -205,7 +205,7 @@ impl ClusterJob for ClusterKeyedCount {
         let (graph, _) = job(&self.args)?;
         Ok((
             graph,
-            execution_config(&self.args.run, self.checkpoint_dir.clone()),
+            execution_config(&self.args.run, self.checkpoint_dir.clone())?,
         ))
     }
 

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use weir_core::config::CheckpointConfig;
+use weir_core::config::{CheckpointConfig, Config, StateBackendConfig};
 use weir_runtime::operators::SinkFunction;
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{ExecutionConfig, JobHandle, JobSummary, StartMode, StopHandle, TaskError};
@@ -55,6 +55,31 @@ pub struct RunArgs {
     /// same flags alternates in opposite step (see benchmarks/checkpoint-cost.sh).
     #[arg(long, requires = "alternate")]
     pub alternate_on_first: bool,
+    /// Where keyed state lives: `hashmap` or `rocksdb` (`state.backend.type`).
+    #[arg(long, value_name = "TYPE", default_value = "hashmap")]
+    pub state_backend: String,
+    /// With `--state-backend rocksdb`: the memory each keyed subtask's state may use
+    /// (`state.backend.rocksdb.memory.fixed-per-slot`), e.g. 256mb.
+    #[arg(long, value_name = "SIZE")]
+    pub state_memory: Option<String>,
+    /// With `--state-backend rocksdb`: where the databases go (`state.backend.rocksdb.localdir`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The `state.backend.*` options the flags give.
+    pub fn state_backend(&self) -> Result<StateBackendConfig, CliError> {
+        let mut config = Config::new();
+        config.set("state.backend.type", &self.state_backend)?;
+        if let Some(memory) = &self.state_memory {
+            config.set("state.backend.rocksdb.memory.fixed-per-slot", memory)?;
+        }
+        if let Some(dir) = &self.state_dir {
+            config.set("state.backend.rocksdb.localdir", &dir.to_string_lossy())?;
+        }
+        crate::demo::state_backend(&config)
+    }
 }
 
 /// A sink that counts what reaches it and drops it.
@@ -82,8 +107,8 @@ pub struct Setup {
 
 /// How a benchmark runs, with checkpoints in `dir`. An alternating run has no periodic
 /// checkpoints: the benchmark triggers them.
-pub fn execution_config(run: &RunArgs, dir: PathBuf) -> ExecutionConfig {
-    ExecutionConfig {
+pub fn execution_config(run: &RunArgs, dir: PathBuf) -> Result<ExecutionConfig, CliError> {
+    Ok(ExecutionConfig {
         checkpoint: CheckpointConfig {
             interval: run
                 .checkpoint_interval
@@ -99,8 +124,9 @@ pub fn execution_config(run: &RunArgs, dir: PathBuf) -> ExecutionConfig {
             attempts: 3,
             delay: Duration::from_millis(100),
         },
+        state_backend: run.state_backend()?,
         ..ExecutionConfig::default()
-    }
+    })
 }
 
 impl Setup {
@@ -127,7 +153,7 @@ impl Setup {
             .clone()
             .or_else(|| scratch.clone())
             .unwrap_or_default();
-        let exec = execution_config(run, dir);
+        let exec = execution_config(run, dir)?;
         let stop = StopHandle::new();
         // An alternating run ends after its last phase (see `watch`).
         if let Some(duration) = run.duration.filter(|_| alternation.is_none()) {

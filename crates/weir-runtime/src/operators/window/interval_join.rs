@@ -127,6 +127,7 @@ where
     ) -> Result<(), TaskError> {
         let state = self.state.as_mut().expect("opened before processing");
         let backend = self.backend.as_mut().expect("opened before processing");
+        backend.maintain(state)?;
         let (lower, upper) = (self.lower, self.upper);
         for record in batch {
             let watermark = backend.timers.watermark();
@@ -214,7 +215,7 @@ where
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
         match (self.backend.as_mut(), self.state.as_mut()) {
-            (Some(backend), Some(state)) => Ok(backend.snapshot(checkpoint, state)),
+            (Some(backend), Some(state)) => backend.snapshot(checkpoint, state),
             _ => Ok(OperatorSnapshot::default()),
         }
     }

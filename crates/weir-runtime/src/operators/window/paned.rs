@@ -165,6 +165,7 @@ where
     fn process_batch(&mut self, batch: Vec<T>, out: &mut Output<P::Out>) -> Result<(), TaskError> {
         let panes = self.panes.as_mut().expect("opened before processing");
         let backend = self.backend.as_mut().expect("opened before processing");
+        backend.maintain(panes)?;
         let g = self.geometry;
         let lateness = self.allowed_lateness;
         for record in batch {
@@ -265,7 +266,7 @@ where
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
         match (self.backend.as_mut(), self.panes.as_mut()) {
-            (Some(backend), Some(panes)) => Ok(backend.snapshot(checkpoint, panes)),
+            (Some(backend), Some(panes)) => backend.snapshot(checkpoint, panes),
             _ => Ok(OperatorSnapshot::default()),
         }
     }

@@ -118,6 +118,7 @@ where
     fn process_batch(&mut self, batch: Vec<T>, out: &mut Output<P::Out>) -> Result<(), TaskError> {
         let state = self.state.as_mut().expect("opened before processing");
         let backend = self.backend.as_mut().expect("opened before processing");
+        backend.maintain(state)?;
         let lateness = self.allowed_lateness;
         for record in batch {
             let watermark = backend.timers.watermark();
@@ -217,7 +218,7 @@ where
 
     fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<OperatorSnapshot, TaskError> {
         match (self.backend.as_mut(), self.state.as_mut()) {
-            (Some(backend), Some(state)) => Ok(backend.snapshot(checkpoint, state)),
+            (Some(backend), Some(state)) => backend.snapshot(checkpoint, state),
             _ => Ok(OperatorSnapshot::default()),
         }
     }

@@ -23,6 +23,11 @@
 # in WEIR_TEST_KAFKA (host:port); WEIR_KAFKA_DIR holds its pid, port and log. The Kafka tests
 # fail (they do not skip) without it.
 #
+# Keyed state has two backends (state.backend.type): the tests build with the RocksDB one
+# (feature weir/rocksdb; scripts/rocksdb.sh installs Debian's librocksdb-dev and libclang-dev),
+# run everything with the default heap backend, then run the keyed-state, timer, window,
+# savepoint, rescaling and failure tests once more with WEIR_STATE_BACKEND_TYPE=rocksdb.
+#
 # The REST tests drive Debian's Chromium and Flink's own command line (apache-flink on PyPI):
 # scripts/install-test-tools.sh installs both if missing. Those tests fail without them.
 set -euo pipefail
@@ -108,6 +113,18 @@ export WEIR_TEST_KAFKA
 echo "scripts/test.sh: Kafka-protocol broker (tansu) at $WEIR_TEST_KAFKA (state in $WEIR_KAFKA_DIR)" >&2
 
 scripts/install-test-tools.sh
+scripts/rocksdb.sh install
 
-cargo test --workspace --all-targets "$@"
-cargo test --workspace --doc "$@"
+features=(--features weir/rocksdb)
+cargo test --workspace --all-targets "${features[@]}" "$@"
+cargo test --workspace --doc "${features[@]}" "$@"
+
+echo "scripts/test.sh: the keyed state tests again, with state.backend.type rocksdb" >&2
+export WEIR_STATE_BACKEND_TYPE=rocksdb
+# Each property case opens RocksDB databases (up to 64 for a rescaling case): fewer cases.
+PROPTEST_CASES=16 cargo test --workspace "${features[@]}" "$@" \
+  --test keyed_state_properties --test timers --test nexmark_queries \
+  --test checkpoint_rules --test idle_sources --test joins --test savepoints \
+  --test stop_drain --test watermark_alignment --test windows
+cargo test --workspace "${features[@]}" --test e2e "$@" -- \
+  restore_matrix:: chaos:: kill_and_resume:: demo:: cluster::a_task_manager

@@ -73,7 +73,9 @@ fn ctx() -> OperatorContext {
         parallelism: 1,
         max_parallelism: MP,
         key_groups: KeyGroupRange::new(0, MP),
-        state_backend: Default::default(),
+        // The heap unless WEIR_STATE_BACKEND_TYPE names another (the test command runs these
+        // tests once per backend).
+        state_backend: weir_core::config::StateBackendConfig::from_env().unwrap(),
     }
 }
 

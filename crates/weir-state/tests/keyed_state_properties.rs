@@ -27,7 +27,7 @@ proptest! {
         let owned = |op: &&Op| range.contains(key_group_of(&op.key(), max_parallelism));
 
         let mut live = tables();
-        live.init(max_parallelism, range);
+        init(&mut live, max_parallelism, range);
         let mut expected = Contents::default();
         for op in before.iter().filter(owned) {
             apply(&mut live, op, max_parallelism);
@@ -44,7 +44,7 @@ proptest! {
         let bytes = encode_keyed_snapshot(&frozen, range).unwrap();
 
         let mut restored = tables();
-        restored.init(max_parallelism, range);
+        init(&mut restored, max_parallelism, range);
         let reader = KeyedSnapshotReader::decode(&bytes).unwrap();
         reader.check_covers(range).unwrap();
         restored.restore(&reader).unwrap();
@@ -66,7 +66,7 @@ proptest! {
         let mut old: Vec<Tables> = (0..old_parallelism)
             .map(|i| {
                 let mut t = tables();
-                t.init(max_parallelism, KeyGroupRange::for_subtask(max_parallelism, old_parallelism, i));
+                init(&mut t, max_parallelism, KeyGroupRange::for_subtask(max_parallelism, old_parallelism, i));
                 t
             })
             .collect();
@@ -97,7 +97,7 @@ proptest! {
             let reader = KeyedSnapshotReader::decode_many(overlapping).unwrap();
             reader.check_covers(range).unwrap();
             let mut t = tables();
-            t.init(max_parallelism, range);
+            init(&mut t, max_parallelism, range);
             t.restore(&reader).unwrap();
             let contents = Contents::of(&t);
             for key in contents.keys() {
@@ -121,7 +121,7 @@ proptest! {
     ) {
         let range = KeyGroupRange::new(0, 16);
         let mut t = tables();
-        t.init(16, range);
+        init(&mut t, 16, range);
         for op in &ops {
             apply(&mut t, op, 16);
         }
@@ -139,7 +139,7 @@ proptest! {
     ) {
         let range = KeyGroupRange::new(0, 16);
         let mut t = tables();
-        t.init(16, range);
+        init(&mut t, 16, range);
         for op in &ops {
             apply(&mut t, op, 16);
         }
@@ -154,7 +154,7 @@ proptest! {
         bytes[12..20].copy_from_slice(&checksum.to_le_bytes());
         if let Ok(reader) = KeyedSnapshotReader::decode(&bytes) {
             let mut restored = tables();
-            restored.init(16, range);
+            init(&mut restored, 16, range);
             let _ = restored.restore(&reader);
         }
     }

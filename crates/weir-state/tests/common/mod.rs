@@ -122,7 +122,43 @@ impl Contents {
     }
 }
 
+/// Makes `t` the tables of the subtask owning `range`: on the heap, or, when
+/// `WEIR_STATE_BACKEND_TYPE` is `rocksdb` (the test command runs these tests once per backend),
+/// in a RocksDB of their own with no memory for the in-memory tier, so that [`apply`] moves
+/// every write on to RocksDB.
+pub fn init(t: &mut Tables, max_parallelism: u32, range: KeyGroupRange) {
+    t.init(max_parallelism, range);
+    let backend = weir_core::config::StateBackendConfig::from_env().expect("state backend");
+    if backend.kind == weir_core::config::StateBackendKind::RocksDb {
+        use_rocksdb(t);
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+fn use_rocksdb(t: &mut Tables) {
+    let mut names = Vec::new();
+    t.names(&mut names);
+    let options = lsm::LsmOptions {
+        local_dir: std::env::temp_dir(),
+        memory_bytes: 0,
+    };
+    let store = lsm::LsmStore::open(&options, "properties", &names).expect("open RocksDB");
+    t.use_lsm(&store).expect("tables in RocksDB");
+}
+
+#[cfg(not(feature = "rocksdb"))]
+fn use_rocksdb(_: &mut Tables) {
+    panic!("WEIR_STATE_BACKEND_TYPE is rocksdb: run these tests with --features rocksdb");
+}
+
+/// Applies `op` to `t`, then gives the tables their between-batches maintenance (with RocksDB
+/// and no memory for the in-memory tier, the write moves on to RocksDB).
 pub fn apply(t: &mut Tables, op: &Op, max_parallelism: u32) {
+    apply_op(t, op, max_parallelism);
+    t.maintain().expect("maintain");
+}
+
+fn apply_op(t: &mut Tables, op: &Op, max_parallelism: u32) {
     let key = op.key();
     let k = CurrentKey::new(&key, max_parallelism);
     match op.clone() {

@@ -127,4 +127,5 @@ PROPTEST_CASES=16 cargo test --workspace "${features[@]}" "$@" \
   --test checkpoint_rules --test idle_sources --test joins --test savepoints \
   --test stop_drain --test watermark_alignment --test windows
 cargo test --workspace "${features[@]}" --test e2e "$@" -- \
-  restore_matrix:: chaos:: kill_and_resume:: demo:: cluster::a_task_manager
+  restore_matrix:: chaos::twenty_runs chaos::five_runs kill_and_resume:: \
+  cluster::a_task_manager_killed

@@ -96,9 +96,19 @@ fn take_savepoint_in_files(dir: &Path, after: Duration) -> PathBuf {
 }
 
 fn take_savepoint_inlining(dir: &Path, after: Duration, inline_threshold: usize) -> PathBuf {
+    take_savepoint_configured(dir, after, |c| {
+        c.checkpoint.data_inline_threshold = inline_threshold;
+    })
+}
+
+fn take_savepoint_configured(
+    dir: &Path,
+    after: Duration,
+    configure: impl FnOnce(&mut ExecutionConfig),
+) -> PathBuf {
     let graph = job(2, false);
     let mut config = exec(&dir.join("ckpt-a"), StartMode::New);
-    config.checkpoint.data_inline_threshold = inline_threshold;
+    configure(&mut config);
     let handle = JobHandle::new(&graph, &config.checkpoint, StopHandle::new());
     let remote = handle.clone();
     let target = dir.join("savepoints");
@@ -116,9 +126,20 @@ fn run_to_end(
     from: &Path,
     allow: bool,
 ) -> Result<(), JobError> {
+    run_to_end_configured(checkpoint_dir, graph, from, |c| {
+        c.allow_non_restored_state = allow;
+    })
+}
+
+fn run_to_end_configured(
+    checkpoint_dir: &Path,
+    graph: &weir_runtime::graph::JobGraph,
+    from: &Path,
+    configure: impl FnOnce(&mut ExecutionConfig),
+) -> Result<(), JobError> {
     let mut config = exec(checkpoint_dir, StartMode::New);
     config.from_savepoint = Some(from.to_path_buf());
-    config.allow_non_restored_state = allow;
+    configure(&mut config);
     execute(graph, &config, &StopHandle::new(), &mut |_| {}).map(|_| ())
 }
 
@@ -144,6 +165,41 @@ fn a_savepoint_restored_at_parallelism_1_3_and_8_ends_in_the_state_of_an_uninter
             final_counts(&ckpt),
             expected,
             "restored at parallelism {parallelism}"
+        );
+    }
+}
+
+/// Savepoints have one format whatever the backend: a savepoint of the heap backend restores
+/// into RocksDB at parallelism 3, and one of RocksDB into the heap at parallelism 1, each
+/// ending in the state of an uninterrupted run.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_savepoint_of_either_state_backend_restores_into_the_other_at_another_parallelism() {
+    use weir_core::config::StateBackendKind::{HashMap, RocksDb};
+    let dir = tempfile::tempdir().unwrap();
+    execute(
+        &job(2, false),
+        &exec(&dir.path().join("reference"), StartMode::New),
+        &StopHandle::new(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let expected = final_counts(&dir.path().join("reference"));
+
+    for (from, into, parallelism) in [(HashMap, RocksDb, 3), (RocksDb, HashMap, 1)] {
+        let case = dir.path().join(format!("{from:?}-into-{into:?}"));
+        let savepoint = take_savepoint_configured(&case, Duration::from_millis(600), |c| {
+            c.state_backend.kind = from;
+        });
+        let ckpt = case.join("restored");
+        run_to_end_configured(&ckpt, &job(parallelism, false), &savepoint, |c| {
+            c.state_backend.kind = into;
+        })
+        .unwrap();
+        assert_eq!(
+            final_counts(&ckpt),
+            expected,
+            "a savepoint of {from:?} restored into {into:?} at parallelism {parallelism}"
         );
     }
 }

@@ -113,6 +113,7 @@ fn run_job(
         events_tx.clone(),
     );
     handle.set_coordinator(Some(coordinator_tx.clone()));
+    handle.set_state_backend(config.state_backend.kind);
 
     let attempts = Attempts {
         graph,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_checkpoint::{CheckpointStats, JobStatus, RequestId};
-use weir_core::config::CheckpointConfig;
+use weir_core::config::{CheckpointConfig, StateBackendKind};
 use weir_core::{CheckpointId, CheckpointKind, JobId, SubtaskId};
 
 use crate::control::{CoordinatorMessage, Drain};
@@ -101,6 +101,7 @@ struct Live {
     metrics: Vec<(SubtaskId, usize, u32, Arc<SubtaskMetrics>)>,
     requests: HashMap<RequestId, RequestStatus>,
     last_stats: Option<CheckpointStats>,
+    state_backend: StateBackendKind,
 }
 
 struct Shared {
@@ -170,6 +171,7 @@ impl JobHandle {
                     metrics: Vec::new(),
                     requests: HashMap::new(),
                     last_stats: None,
+                    state_backend: StateBackendKind::default(),
                 }),
             }),
         }
@@ -208,6 +210,10 @@ impl JobHandle {
     }
     pub fn checkpoint_config(&self) -> &CheckpointConfig {
         &self.shared.checkpoint
+    }
+    /// Where the job's keyed operators keep their state.
+    pub fn state_backend(&self) -> StateBackendKind {
+        self.live().state_backend
     }
     pub fn attempt(&self) -> u32 {
         self.live().attempt
@@ -348,6 +354,10 @@ impl JobHandle {
 
     pub(crate) fn set_failure(&self, cause: String) {
         self.live().failure = Some(cause);
+    }
+
+    pub(crate) fn set_state_backend(&self, kind: StateBackendKind) {
+        self.live().state_backend = kind;
     }
 
     pub(crate) fn set_coordinator(&self, tx: Option<Sender<CoordinatorMessage>>) {

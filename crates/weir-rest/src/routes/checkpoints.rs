@@ -34,7 +34,7 @@ pub async fn config(
     let job = state.job(&path(jobid)?)?;
     Ok(json(
         StatusCode::OK,
-        &CheckpointConfigInfo::of(job.checkpoint_config()),
+        &CheckpointConfigInfo::of(job.checkpoint_config(), job.state_backend()),
     ))
 }
 

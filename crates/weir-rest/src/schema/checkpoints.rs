@@ -16,7 +16,7 @@ use weir_checkpoint::{
     CheckpointStats, CheckpointStatsEntry, CheckpointStatus, CompletedCheckpointSummary,
     RestoredCheckpointStats, SubtaskAckStats, SubtaskCheckpointStats,
 };
-use weir_core::config::{CheckpointConfig, CheckpointingMode};
+use weir_core::config::{CheckpointConfig, CheckpointingMode, StateBackendKind};
 use weir_core::{CheckpointId, OperatorId};
 use weir_runtime::JobHandle;
 
@@ -258,7 +258,8 @@ fn ms(d: std::time::Duration) -> i64 {
 }
 
 impl CheckpointConfigInfo {
-    pub fn of(config: &CheckpointConfig) -> CheckpointConfigInfo {
+    /// The configuration of a job checkpointing with `config`, its keyed state in `backend`.
+    pub fn of(config: &CheckpointConfig, backend: StateBackendKind) -> CheckpointConfigInfo {
         CheckpointConfigInfo {
             mode: match config.mode {
                 CheckpointingMode::ExactlyOnce => "EXACTLY_ONCE",
@@ -273,7 +274,11 @@ impl CheckpointConfigInfo {
                 enabled: true,
                 delete_on_cancellation: false,
             },
-            state_backend: "HashMapStateBackend",
+            // Flink's names of its heap and RocksDB backends.
+            state_backend: match backend {
+                StateBackendKind::HashMap => "HashMapStateBackend",
+                StateBackendKind::RocksDb => "EmbeddedRocksDBStateBackend",
+            },
             checkpoint_storage: config.dir.display().to_string(),
             unaligned_checkpoints: false,
             tolerable_failed_checkpoints: i32::try_from(config.tolerable_failed)

@@ -71,11 +71,13 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
         ids.windows(2).all(|w| w[0] > w[1]),
         "history is newest first: {ids:?}"
     );
+    let config = get(&demo, &format!("/jobs/{job}/checkpoints/config"));
     assert_matches(
         "/jobs/:jobid/checkpoints/config",
-        &get(&demo, &format!("/jobs/{job}/checkpoints/config")),
+        &config,
         &CHECKPOINT_CONFIG_INFO,
     );
+    assert_eq!(config["state_backend"], "HashMapStateBackend");
 
     // One checkpoint's details, and one vertex's subtasks in it.
     let id = latest["id"].as_i64().unwrap();
@@ -274,4 +276,19 @@ fn metrics_use_flinks_names_for_checkpoints_and_records() {
         ) > 0.0,
         "{text}"
     );
+}
+
+/// The job's state backend, under Flink's name for it.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn the_checkpoint_configuration_names_the_rocksdb_backend_when_the_job_uses_it() {
+    let demo = Demo::start("1s", &["-D", "state.backend.type=rocksdb"]);
+    demo.wait_completed(1);
+    let config = get(&demo, &format!("/jobs/{}/checkpoints/config", demo.job));
+    assert_matches(
+        "/jobs/:jobid/checkpoints/config",
+        &config,
+        &CHECKPOINT_CONFIG_INFO,
+    );
+    assert_eq!(config["state_backend"], "EmbeddedRocksDBStateBackend");
 }

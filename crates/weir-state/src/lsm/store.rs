@@ -190,6 +190,10 @@ fn db_options(memory: u64, tables: usize) -> Result<Options, StateError> {
     options.set_db_write_buffer_size(write_buffers as usize);
     options.set_write_buffer_size((write_buffers / 2 / tables.max(1) as u64).max(1 << 20) as usize);
     options.set_max_write_buffer_number(2);
+    // A bloom filter over each memtable's keys: a read of a key not in it (most reads, once
+    // the state is larger than the write buffers) skips the search of its skip list.
+    options.set_memtable_prefix_bloom_ratio(0.1);
+    options.set_memtable_whole_key_filtering(true);
     let cache = Cache::new_lru_cache((memory / 2) as usize)
         .map_err(|e| backend_error(format!("cannot make RocksDB's block cache: {e}")))?;
     let mut table = BlockBasedOptions::default();

@@ -13,6 +13,7 @@ use hashbrown::HashMap;
 use rocksdb::{IteratorMode, WriteBatch};
 use std::cell::RefCell;
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
 
@@ -307,26 +308,39 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
         }
         self.frozen.clear();
         let family = self.store.family(&self.name)?;
-        let mut batch = WriteBatch::default();
+        // Encoded into one buffer and written in key order: RocksDB inserts sorted keys into
+        // its memtable several times faster than keys in hash order.
+        let count = self.dirty.len();
+        let mut bytes = Vec::new();
+        let mut entries: Vec<(Range<usize>, Option<Range<usize>>)> = Vec::with_capacity(count);
         let mut key_bytes = Vec::new();
-        let mut value = Vec::new();
-        let (mut encoded, count) = (0usize, self.dirty.len());
         for (key, entry) in self.dirty.drain() {
             db_key(&mut key_bytes, &self.name, &key, self.max_parallelism)?;
-            match entry {
+            let key_range = bytes.len()..bytes.len() + key_bytes.len();
+            bytes.extend_from_slice(&key_bytes);
+            let value_range = match entry {
                 Some(entry) => {
-                    value.clear();
-                    C::encode(&entry, &mut value)
+                    let start = bytes.len();
+                    C::encode(&entry, &mut bytes)
                         .map_err(|e| encode_error(&self.name, format!("value: {e}")))?;
-                    encoded += key_bytes.len() + value.len();
-                    batch.put_cf(family, &key_bytes, &value);
+                    Some(start..bytes.len())
                 }
-                None => batch.delete_cf(family, &key_bytes),
+                None => None,
+            };
+            entries.push((key_range, value_range));
+        }
+        entries.sort_unstable_by(|a, b| bytes[a.0.clone()].cmp(&bytes[b.0.clone()]));
+        let mut batch = WriteBatch::default();
+        for (key, value) in entries {
+            match value {
+                Some(value) => batch.put_cf(family, &bytes[key], &bytes[value]),
+                None => batch.delete_cf(family, &bytes[key]),
             }
             if batch.size_in_bytes() >= BATCH_BYTES {
                 self.store.write(std::mem::take(&mut batch))?;
             }
         }
+        let encoded = bytes.len();
         self.store.write(batch)?;
         if let Some(average) = encoded.checked_div(count) {
             // Keys and entries own heap memory the size of their encoding, roughly.

@@ -70,5 +70,6 @@ pub(crate) fn ctx(index: u32, parallelism: u32) -> OperatorContext {
         max_parallelism: 128,
         key_groups: KeyGroupRange::new(0, 0),
         state_backend: Default::default(),
+        metrics: Default::default(),
     }
 }

@@ -15,8 +15,13 @@
 //! The record counts are repeated at operator scope (`flink_taskmanager_job_task_operator_*`
 //! with `operator_id`, `operator_name`): every Weir operator is its own task.
 //!
-//! Back-pressure (`backPressuredTimeMsPerSecond`) is not exported: the runtime does not
-//! measure time blocked on full output channels yet.
+//! Back-pressure: `backPressuredTimeMsPerSecond` at task scope.
+//!
+//! Subtasks keeping keyed state in RocksDB (`state.backend.type: rocksdb`) add, at operator
+//! scope and in bytes, what their database uses, refreshed about once a second:
+//! `rocksdb_memory_budget` (the option), `rocksdb_block_cache_usage`,
+//! `rocksdb_cur_size_all_mem_tables`, `rocksdb_estimate_table_readers_mem` and
+//! `rocksdb_total_sst_files_size` (Flink's RocksDB native metrics of the same names).
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -162,6 +167,58 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
                     (line.subtask.operator, line.subtask.index),
                     (ack.alignment_duration_ms, ack.start_delay_ms),
                 );
+            }
+        }
+    }
+    // The RocksDB state backend's figures, at operator scope as Flink reports its native
+    // RocksDB metrics, for the subtasks keeping keyed state there.
+    let mut rocksdb = Vec::new();
+    for c in &counts {
+        if let (Some(usage), Some(v)) = (c.rocksdb, vertices.get(c.vertex)) {
+            let mut labels = job_labels.clone();
+            labels.push(("task_id", vertex_id(&v.uid)));
+            labels.push(("task_name", v.name.clone()));
+            labels.push(("subtask_index", c.index.to_string()));
+            labels.push(("task_attempt_num", attempt.clone()));
+            labels.push(("operator_id", vertex_id(&v.uid)));
+            labels.push(("operator_name", v.name.clone()));
+            rocksdb.push((labels, usage));
+        }
+    }
+    type Read = fn(&weir_runtime::metrics::RocksDbUsage) -> u64;
+    let rocksdb_metrics: [(&str, &str, Read); 5] = [
+        (
+            "rocksdb_memory_budget",
+            "The memory this subtask's keyed state may use (state.backend.rocksdb.memory.fixed-per-slot), in bytes.",
+            |u| u.memory_budget,
+        ),
+        (
+            "rocksdb_block_cache_usage",
+            "Bytes in RocksDB's block cache.",
+            |u| u.block_cache_usage,
+        ),
+        (
+            "rocksdb_cur_size_all_mem_tables",
+            "Bytes in RocksDB's write buffers (memtables).",
+            |u| u.cur_size_all_mem_tables,
+        ),
+        (
+            "rocksdb_estimate_table_readers_mem",
+            "Bytes of RocksDB's index and filter blocks held outside the block cache.",
+            |u| u.estimate_table_readers_mem,
+        ),
+        (
+            "rocksdb_total_sst_files_size",
+            "Bytes of RocksDB's files on local disk.",
+            |u| u.total_sst_files_size,
+        ),
+    ];
+    if !rocksdb.is_empty() {
+        for (name, help, read) in rocksdb_metrics {
+            let full = format!("flink_taskmanager_job_task_operator_{name}");
+            f.header(&full, help);
+            for (labels, usage) in &rocksdb {
+                f.sample(&full, labels, read(usage) as f64);
             }
         }
     }

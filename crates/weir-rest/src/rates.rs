@@ -105,6 +105,7 @@ mod tests {
             records_in,
             records_out,
             backpressured_ms: 0,
+            rocksdb: None,
         }
     }
 

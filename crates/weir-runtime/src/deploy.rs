@@ -220,6 +220,7 @@ pub fn deploy(
                     max_parallelism: graph.max_parallelism,
                     key_groups,
                     state_backend: config.state_backend.clone(),
+                    metrics: metrics.clone(),
                 },
                 control: control_rx,
                 coordinator: coordinator.clone(),

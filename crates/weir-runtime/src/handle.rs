@@ -80,6 +80,8 @@ pub struct SubtaskCounts {
     pub records_out: u64,
     /// Milliseconds blocked on full output channels so far.
     pub backpressured_ms: u64,
+    /// What the subtask's RocksDB uses, when its keyed state is there.
+    pub rocksdb: Option<crate::metrics::RocksDbUsage>,
 }
 
 /// Why a request to the job was refused.
@@ -233,6 +235,7 @@ impl JobHandle {
                 records_in: m.records_in(),
                 records_out: m.records_out(),
                 backpressured_ms: m.backpressured_ms(),
+                rocksdb: m.rocksdb.get(),
             })
             .collect()
     }

@@ -1,6 +1,7 @@
 //! The operator contracts the task loops drive: sources and one-input operators (a two-input
 //! operator is a one-input operator over [`Either`](crate::channel::Either)).
 
+use std::sync::Arc;
 use weir_core::config::StateBackendConfig;
 use weir_core::{CheckpointId, KeyGroupRange};
 use weir_state::{FrozenTable, KeyedSnapshotPlan, KeyedSnapshotReader, OperatorStateSnapshot};
@@ -32,6 +33,8 @@ pub struct OperatorContext {
     pub key_groups: KeyGroupRange,
     /// Where keyed operators keep their state.
     pub state_backend: StateBackendConfig,
+    /// The subtask's metrics (a keyed operator reports its state backend's memory there).
+    pub metrics: Arc<crate::metrics::SubtaskMetrics>,
 }
 
 /// The synchronous part of a snapshot: frozen views, cheap to take, serialised later on a

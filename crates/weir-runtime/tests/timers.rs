@@ -76,6 +76,7 @@ fn ctx() -> OperatorContext {
         // The heap unless WEIR_STATE_BACKEND_TYPE names another (the test command runs these
         // tests once per backend).
         state_backend: weir_core::config::StateBackendConfig::from_env().unwrap(),
+        metrics: Default::default(),
     }
 }
 

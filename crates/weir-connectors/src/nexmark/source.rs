@@ -206,6 +206,7 @@ mod tests {
             max_parallelism: 128,
             key_groups: KeyGroupRange::new(0, 0),
             state_backend: Default::default(),
+            metrics: Default::default(),
         }
     }
 

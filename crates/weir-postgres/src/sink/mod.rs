@@ -591,5 +591,6 @@ pub(crate) fn operator_context(uid: &str, index: u32, parallelism: u32) -> Opera
         max_parallelism: 128,
         key_groups: weir_core::KeyGroupRange::new(0, 0),
         state_backend: Default::default(),
+        metrics: Default::default(),
     }
 }

@@ -35,6 +35,12 @@ pub struct KeyedBackend<K> {
     /// With `state.backend.type: rocksdb`, the subtask's RocksDB (timers stay on the heap).
     #[cfg(feature = "rocksdb")]
     lsm: Option<Arc<weir_state::lsm::LsmStore>>,
+    /// Where the RocksDB figures go, and when they were last read.
+    #[cfg(feature = "rocksdb")]
+    metrics: (
+        Arc<crate::metrics::SubtaskMetrics>,
+        Option<std::time::Instant>,
+    ),
 }
 
 impl<K: Key> KeyedBackend<K> {
@@ -54,6 +60,8 @@ impl<K: Key> KeyedBackend<K> {
             max_parallelism: ctx.max_parallelism,
             #[cfg(feature = "rocksdb")]
             lsm: _lsm,
+            #[cfg(feature = "rocksdb")]
+            metrics: (ctx.metrics.clone(), None),
         };
         Ok((backend, state))
     }
@@ -63,7 +71,31 @@ impl<K: Key> KeyedBackend<K> {
         &mut self,
         state: &mut S,
     ) -> Result<(), TaskError> {
-        Ok(state.maintain()?)
+        state.maintain()?;
+        #[cfg(feature = "rocksdb")]
+        self.report_usage();
+        Ok(())
+    }
+
+    /// About once a second, what the subtask's RocksDB uses, into its metrics (RocksDB's
+    /// figures take a lock of its own to read: not once a batch).
+    #[cfg(feature = "rocksdb")]
+    fn report_usage(&mut self) {
+        let Some(store) = &self.lsm else { return };
+        let (metrics, last) = &mut self.metrics;
+        let now = std::time::Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1)) {
+            return;
+        }
+        *last = Some(now);
+        let usage = store.usage();
+        metrics.rocksdb.set(crate::metrics::RocksDbUsage {
+            memory_budget: usage.memory_budget,
+            block_cache_usage: usage.block_cache_usage,
+            cur_size_all_mem_tables: usage.mem_tables,
+            estimate_table_readers_mem: usage.table_readers,
+            total_sst_files_size: usage.sst_files,
+        });
     }
 
     /// The synchronous snapshot of `state` and the timers, O(tables × key groups). RocksDB

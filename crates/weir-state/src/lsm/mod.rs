@@ -49,7 +49,7 @@ mod materialize;
 mod store;
 pub(crate) mod tier;
 
-pub use store::{LsmOptions, LsmStore};
+pub use store::{LsmOptions, LsmStore, LsmUsage};
 
 #[cfg(test)]
 mod tests;

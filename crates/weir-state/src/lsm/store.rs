@@ -36,6 +36,22 @@ impl Default for LsmOptions {
 /// spills.)
 pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
 
+/// What a subtask's RocksDB uses, in bytes (see [`LsmStore::usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LsmUsage {
+    /// The memory the subtask's state may use (`LsmOptions::memory_bytes`, at least
+    /// [`MIN_MEMORY_BYTES`]).
+    pub memory_budget: u64,
+    /// RocksDB's block cache (`rocksdb.block-cache-usage`).
+    pub block_cache_usage: u64,
+    /// Its write buffers (`rocksdb.cur-size-all-mem-tables`).
+    pub mem_tables: u64,
+    /// Index and filter blocks outside the cache (`rocksdb.estimate-table-readers-mem`).
+    pub table_readers: u64,
+    /// Its files on disk (`rocksdb.total-sst-files-size`).
+    pub sst_files: u64,
+}
+
 /// A keyed operator subtask's RocksDB: one column family per state table, the write-ahead log
 /// off. Shared by the subtask's tables and by the snapshot workers writing its snapshots.
 pub struct LsmStore {
@@ -45,6 +61,9 @@ pub struct LsmStore {
     write_options: WriteOptions,
     /// The in-memory tier's share of the budget, for each table.
     tier_budget: u64,
+    memory_budget: u64,
+    /// The column families' names.
+    families: Vec<String>,
     /// The snapshot whose synchronous phase is under way: the tables join it as they freeze.
     current: Mutex<Option<Arc<Materialization>>>,
     /// The newest snapshot taken, which the next one materializes after. Weak: a snapshot is
@@ -96,10 +115,36 @@ impl LsmStore {
             dir,
             write_options,
             tier_budget: options.memory_bytes / 4 / tables.len().max(1) as u64,
+            memory_budget: memory,
+            families: tables.iter().map(|t| family_name(t)).collect(),
             current: Mutex::new(None),
             last: Mutex::new(Weak::new()),
             next_checkpoint_dir: AtomicU64::new(0),
         }))
+    }
+
+    /// What the database uses now, in RocksDB's own figures (summed over the tables).
+    pub fn usage(&self) -> LsmUsage {
+        let property = |name: &str| -> u64 {
+            self.families
+                .iter()
+                .filter_map(|f| self.db.cf_handle(f))
+                .filter_map(|cf| self.db.property_int_value_cf(cf, name).ok().flatten())
+                .sum()
+        };
+        LsmUsage {
+            memory_budget: self.memory_budget,
+            // One cache shared by every table: read once.
+            block_cache_usage: self
+                .db
+                .property_int_value("rocksdb.block-cache-usage")
+                .ok()
+                .flatten()
+                .unwrap_or(0),
+            mem_tables: property("rocksdb.cur-size-all-mem-tables"),
+            table_readers: property("rocksdb.estimate-table-readers-mem"),
+            sst_files: property("rocksdb.total-sst-files-size"),
+        }
     }
 
     /// The directory the database lives in.

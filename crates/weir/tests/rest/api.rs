@@ -291,4 +291,39 @@ fn the_checkpoint_configuration_names_the_rocksdb_backend_when_the_job_uses_it()
         &CHECKPOINT_CONFIG_INFO,
     );
     assert_eq!(config["state_backend"], "EmbeddedRocksDBStateBackend");
+
+    // Each subtask of the keyed operator reports its database in /metrics; after a checkpoint
+    // (which flushes the write buffers) it has files on disk.
+    let series = |text: &str, name: &str| -> Vec<f64> {
+        let metric = format!("flink_taskmanager_job_task_operator_rocksdb_{name}{{");
+        text.lines()
+            .filter(|l| l.starts_with(&metric) && l.contains("operator_name=\"spend-per-user\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let text = loop {
+        let (status, text) = demo.client.raw("GET", "/metrics", None).unwrap();
+        assert_eq!(status, 200);
+        let files = series(&text, "total_sst_files_size");
+        if files.len() == 2 && files.iter().all(|&b| b > 0.0) {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no RocksDB files reported for both subtasks:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let budget = series(&text, "memory_budget");
+    assert_eq!(budget, [268435456.0, 268435456.0], "the default 256 mb");
+    for name in ["block_cache_usage", "cur_size_all_mem_tables"] {
+        let values = series(&text, name);
+        assert_eq!(values.len(), 2, "{name}:\n{text}");
+        assert!(
+            values.iter().all(|&v| v <= 268435456.0),
+            "{name}: {values:?}"
+        );
+    }
+    assert_eq!(series(&text, "estimate_table_readers_mem").len(), 2);
 }

@@ -80,6 +80,19 @@ fn final_counts(checkpoint_dir: &Path) -> BTreeMap<u64, u64> {
     counts.iter().map(|(k, v)| (*k, *v)).collect()
 }
 
+/// The final counts of the job run to its end without interruption (in `dir/reference`).
+fn uninterrupted_counts(dir: &Path) -> BTreeMap<u64, u64> {
+    let checkpoints = dir.join("reference");
+    execute(
+        &job(2, false),
+        &exec(&checkpoints, StartMode::New),
+        &StopHandle::new(),
+        &mut |_| {},
+    )
+    .unwrap();
+    final_counts(&checkpoints)
+}
+
 /// Runs the job at parallelism 2 and stops it with a savepoint after `after` (its small state
 /// inline in the metadata, the default).
 fn take_savepoint(dir: &Path, after: Duration) -> PathBuf {
@@ -146,14 +159,7 @@ fn run_to_end_configured(
 #[test]
 fn a_savepoint_restored_at_parallelism_1_3_and_8_ends_in_the_state_of_an_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
-    execute(
-        &job(2, false),
-        &exec(&dir.path().join("reference"), StartMode::New),
-        &StopHandle::new(),
-        &mut |_| {},
-    )
-    .unwrap();
-    let expected = final_counts(&dir.path().join("reference"));
+    let expected = uninterrupted_counts(dir.path());
     assert_eq!(expected.values().sum::<u64>(), 2 * EVENTS_PER_SPLIT);
 
     let savepoint = take_savepoint(dir.path(), Duration::from_millis(700));
@@ -177,14 +183,7 @@ fn a_savepoint_restored_at_parallelism_1_3_and_8_ends_in_the_state_of_an_uninter
 fn a_savepoint_of_either_state_backend_restores_into_the_other_at_another_parallelism() {
     use weir_core::config::StateBackendKind::{HashMap, RocksDb};
     let dir = tempfile::tempdir().unwrap();
-    execute(
-        &job(2, false),
-        &exec(&dir.path().join("reference"), StartMode::New),
-        &StopHandle::new(),
-        &mut |_| {},
-    )
-    .unwrap();
-    let expected = final_counts(&dir.path().join("reference"));
+    let expected = uninterrupted_counts(dir.path());
 
     for (from, into, parallelism) in [(HashMap, RocksDb, 3), (RocksDb, HashMap, 1)] {
         let case = dir.path().join(format!("{from:?}-into-{into:?}"));

@@ -114,10 +114,20 @@ pub fn execution_config(config: &Config, start: StartMode) -> Result<ExecutionCo
 /// The `state.backend.*` options, refusing a backend this build does not have.
 pub fn state_backend(config: &Config) -> Result<StateBackendConfig, CliError> {
     let backend = StateBackendConfig::from_config(config)?;
-    if backend.kind == StateBackendKind::RocksDb && !cfg!(feature = "rocksdb") {
-        return Err(CliError::usage(
-            weir_runtime::operators::keyed_backend::ROCKSDB_MISSING,
-        ));
+    if backend.kind == StateBackendKind::RocksDb {
+        if !cfg!(feature = "rocksdb") {
+            return Err(CliError::usage(
+                weir_runtime::operators::keyed_backend::ROCKSDB_MISSING,
+            ));
+        }
+        // Here, before the job starts, rather than in every subtask and every restart.
+        let dir = &backend.rocksdb_local_dir;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::usage(format!(
+                "state.backend.rocksdb.localdir {}: cannot create it: {e}",
+                dir.display()
+            ))
+        })?;
     }
     Ok(backend)
 }

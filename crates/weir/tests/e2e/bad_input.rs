@@ -79,6 +79,41 @@ fn unknown_options_and_invalid_values_are_refused_with_exit_status_2() {
 }
 
 #[test]
+fn a_bad_state_backend_is_refused_with_exit_status_2() {
+    assert_refused(
+        &["demo", "-D", "state.backend.type=forst"],
+        "expected hashmap or rocksdb",
+    );
+    assert_refused(
+        &[
+            "demo",
+            "-D",
+            "state.backend.type=rocksdb",
+            "-D",
+            "state.backend.rocksdb.memory.fixed-per-slot=1mb",
+        ],
+        "at least 16 mb",
+    );
+    // A build with the backend refuses a directory it cannot make; one without refuses the
+    // backend itself.
+    let expect = if cfg!(feature = "rocksdb") {
+        "state.backend.rocksdb.localdir"
+    } else {
+        "--features rocksdb"
+    };
+    assert_refused(
+        &[
+            "demo",
+            "-D",
+            "state.backend.type=rocksdb",
+            "-D",
+            "state.backend.rocksdb.localdir=a-file/rocksdb",
+        ],
+        expect,
+    );
+}
+
+#[test]
 fn a_watermark_drift_below_a_millisecond_is_refused_with_exit_status_2() {
     for drift in ["500us", "0s"] {
         assert_refused(

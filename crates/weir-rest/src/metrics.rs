@@ -49,6 +49,7 @@ struct SubtaskSeries {
     task: Labels,
     operator: Labels,
     values: [f64; 7],
+    rocksdb: Option<weir_runtime::metrics::LsmUsage>,
 }
 
 struct Family<'a> {
@@ -170,58 +171,6 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
             }
         }
     }
-    // The RocksDB state backend's figures, at operator scope as Flink reports its native
-    // RocksDB metrics, for the subtasks keeping keyed state there.
-    let mut rocksdb = Vec::new();
-    for c in &counts {
-        if let (Some(usage), Some(v)) = (c.rocksdb, vertices.get(c.vertex)) {
-            let mut labels = job_labels.clone();
-            labels.push(("task_id", vertex_id(&v.uid)));
-            labels.push(("task_name", v.name.clone()));
-            labels.push(("subtask_index", c.index.to_string()));
-            labels.push(("task_attempt_num", attempt.clone()));
-            labels.push(("operator_id", vertex_id(&v.uid)));
-            labels.push(("operator_name", v.name.clone()));
-            rocksdb.push((labels, usage));
-        }
-    }
-    type Read = fn(&weir_runtime::metrics::RocksDbUsage) -> u64;
-    let rocksdb_metrics: [(&str, &str, Read); 5] = [
-        (
-            "rocksdb_memory_budget",
-            "The memory this subtask's keyed state may use (state.backend.rocksdb.memory.fixed-per-slot), in bytes.",
-            |u| u.memory_budget,
-        ),
-        (
-            "rocksdb_block_cache_usage",
-            "Bytes in RocksDB's block cache.",
-            |u| u.block_cache_usage,
-        ),
-        (
-            "rocksdb_cur_size_all_mem_tables",
-            "Bytes in RocksDB's write buffers (memtables).",
-            |u| u.cur_size_all_mem_tables,
-        ),
-        (
-            "rocksdb_estimate_table_readers_mem",
-            "Bytes of RocksDB's index and filter blocks held outside the block cache.",
-            |u| u.estimate_table_readers_mem,
-        ),
-        (
-            "rocksdb_total_sst_files_size",
-            "Bytes of RocksDB's files on local disk.",
-            |u| u.total_sst_files_size,
-        ),
-    ];
-    if !rocksdb.is_empty() {
-        for (name, help, read) in rocksdb_metrics {
-            let full = format!("flink_taskmanager_job_task_operator_{name}");
-            f.header(&full, help);
-            for (labels, usage) in &rocksdb {
-                f.sample(&full, labels, read(usage) as f64);
-            }
-        }
-    }
     let series: Vec<SubtaskSeries> = counts
         .iter()
         .filter_map(|c| {
@@ -251,6 +200,7 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
                     (delay_ms as f64) * 1e6,
                     rate.backpressured_ms_per_second,
                 ],
+                rocksdb: c.rocksdb,
             })
         })
         .collect();
@@ -289,6 +239,47 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
             f.header(&full, help);
             for s in &series {
                 f.sample(&full, &s.operator, s.values[index]);
+            }
+        }
+    }
+    // The RocksDB state backend's figures, at operator scope as Flink reports its native
+    // RocksDB metrics, for the subtasks keeping keyed state there.
+    type Read = fn(&weir_runtime::metrics::LsmUsage) -> u64;
+    let rocksdb_metrics: [(&str, &str, Read); 5] = [
+        (
+            "rocksdb_memory_budget",
+            "The memory this subtask's keyed state may use (state.backend.rocksdb.memory.fixed-per-slot), in bytes.",
+            |u| u.memory_budget,
+        ),
+        (
+            "rocksdb_block_cache_usage",
+            "Bytes in RocksDB's block cache.",
+            |u| u.block_cache_usage,
+        ),
+        (
+            "rocksdb_cur_size_all_mem_tables",
+            "Bytes in RocksDB's write buffers (memtables).",
+            |u| u.mem_tables,
+        ),
+        (
+            "rocksdb_estimate_table_readers_mem",
+            "Bytes of RocksDB's index and filter blocks held outside the block cache.",
+            |u| u.table_readers,
+        ),
+        (
+            "rocksdb_total_sst_files_size",
+            "Bytes of RocksDB's files on local disk.",
+            |u| u.sst_files,
+        ),
+    ];
+    if series.iter().any(|s| s.rocksdb.is_some()) {
+        for (name, help, read) in rocksdb_metrics {
+            let full = format!("flink_taskmanager_job_task_operator_{name}");
+            f.header(&full, help);
+            for s in &series {
+                if let Some(usage) = &s.rocksdb {
+                    f.sample(&full, &s.operator, read(usage) as f64);
+                }
             }
         }
     }

@@ -81,7 +81,7 @@ pub struct SubtaskCounts {
     /// Milliseconds blocked on full output channels so far.
     pub backpressured_ms: u64,
     /// What the subtask's RocksDB uses, when its keyed state is there.
-    pub rocksdb: Option<crate::metrics::RocksDbUsage>,
+    pub rocksdb: Option<crate::metrics::LsmUsage>,
 }
 
 /// Why a request to the job was refused.
@@ -235,7 +235,7 @@ impl JobHandle {
                 records_in: m.records_in(),
                 records_out: m.records_out(),
                 backpressured_ms: m.backpressured_ms(),
-                rocksdb: m.rocksdb.get(),
+                rocksdb: m.rocksdb(),
             })
             .collect()
     }

@@ -77,6 +77,7 @@ mod keyed_table;
 mod list_state;
 #[cfg(feature = "rocksdb")]
 pub mod lsm;
+mod lsm_usage;
 mod map_state;
 pub mod operator_state;
 pub mod snapshot_format;
@@ -99,6 +100,7 @@ pub use incremental_format::{
 };
 pub use key::{CurrentKey, Key, Value};
 pub use list_state::ListState;
+pub use lsm_usage::LsmUsage;
 pub use map_state::MapState;
 pub use operator_state::{redistribute_operator_state, OperatorStateSnapshot};
 pub use snapshot_format::encode_keyed_snapshot;

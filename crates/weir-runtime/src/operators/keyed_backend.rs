@@ -35,12 +35,12 @@ pub struct KeyedBackend<K> {
     /// With `state.backend.type: rocksdb`, the subtask's RocksDB (timers stay on the heap).
     #[cfg(feature = "rocksdb")]
     lsm: Option<Arc<weir_state::lsm::LsmStore>>,
-    /// Where the RocksDB figures go, and when they were last read.
+    /// Where the RocksDB figures go.
     #[cfg(feature = "rocksdb")]
-    metrics: (
-        Arc<crate::metrics::SubtaskMetrics>,
-        Option<std::time::Instant>,
-    ),
+    metrics: Arc<crate::metrics::SubtaskMetrics>,
+    /// When they were last read.
+    #[cfg(feature = "rocksdb")]
+    usage_read: Option<std::time::Instant>,
 }
 
 impl<K: Key> KeyedBackend<K> {
@@ -61,7 +61,9 @@ impl<K: Key> KeyedBackend<K> {
             #[cfg(feature = "rocksdb")]
             lsm: _lsm,
             #[cfg(feature = "rocksdb")]
-            metrics: (ctx.metrics.clone(), None),
+            metrics: ctx.metrics.clone(),
+            #[cfg(feature = "rocksdb")]
+            usage_read: None,
         };
         Ok((backend, state))
     }
@@ -82,20 +84,15 @@ impl<K: Key> KeyedBackend<K> {
     #[cfg(feature = "rocksdb")]
     fn report_usage(&mut self) {
         let Some(store) = &self.lsm else { return };
-        let (metrics, last) = &mut self.metrics;
         let now = std::time::Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1)) {
+        if self
+            .usage_read
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
             return;
         }
-        *last = Some(now);
-        let usage = store.usage();
-        metrics.rocksdb.set(crate::metrics::RocksDbUsage {
-            memory_budget: usage.memory_budget,
-            block_cache_usage: usage.block_cache_usage,
-            cur_size_all_mem_tables: usage.mem_tables,
-            estimate_table_readers_mem: usage.table_readers,
-            total_sst_files_size: usage.sst_files,
-        });
+        self.usage_read = Some(now);
+        self.metrics.set_rocksdb(store.usage());
     }
 
     /// The synchronous snapshot of `state` and the timers, O(tables × key groups). RocksDB

@@ -49,7 +49,7 @@ mod materialize;
 mod store;
 pub(crate) mod tier;
 
-pub use store::{LsmOptions, LsmStore, LsmUsage};
+pub use store::{LsmOptions, LsmStore};
 
 #[cfg(test)]
 mod tests;

@@ -3,6 +3,7 @@
 
 use super::materialize::Materialization;
 use crate::error::StateError;
+use crate::LsmUsage;
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,
     WriteBatch, WriteOptions, DB,
@@ -35,22 +36,6 @@ impl Default for LsmOptions {
 /// all. (The in-memory tier takes its share of the budget as it is: with none, every batch
 /// spills.)
 pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
-
-/// What a subtask's RocksDB uses, in bytes (see [`LsmStore::usage`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LsmUsage {
-    /// The memory the subtask's state may use (`LsmOptions::memory_bytes`, at least
-    /// [`MIN_MEMORY_BYTES`]).
-    pub memory_budget: u64,
-    /// RocksDB's block cache (`rocksdb.block-cache-usage`).
-    pub block_cache_usage: u64,
-    /// Its write buffers (`rocksdb.cur-size-all-mem-tables`).
-    pub mem_tables: u64,
-    /// Index and filter blocks outside the cache (`rocksdb.estimate-table-readers-mem`).
-    pub table_readers: u64,
-    /// Its files on disk (`rocksdb.total-sst-files-size`).
-    pub sst_files: u64,
-}
 
 /// A keyed operator subtask's RocksDB: one column family per state table, the write-ahead log
 /// off. Shared by the subtask's tables and by the snapshot workers writing its snapshots.

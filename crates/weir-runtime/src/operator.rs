@@ -46,7 +46,18 @@ pub struct OperatorSnapshot {
     /// For incremental checkpoints: which key groups of `keyed` to write, and which to reuse
     /// from the last completed checkpoint. `None` writes all of them.
     pub incremental: Option<KeyedSnapshotPlan>,
+    /// With the RocksDB backend, its snapshot: an incremental checkpoint uploads the
+    /// database's new table files instead of writing its tables (which `keyed` also holds,
+    /// for savepoints and full checkpoints).
+    pub lsm: Option<LsmSnapshot>,
 }
+
+/// The RocksDB backend's snapshot of a subtask's tables.
+#[cfg(feature = "rocksdb")]
+pub type LsmSnapshot = weir_state::lsm::LsmSnapshot;
+/// Without the `rocksdb` feature there is never one.
+#[cfg(not(feature = "rocksdb"))]
+pub type LsmSnapshot = std::convert::Infallible;
 
 /// State handed to an operator when it opens after a restore.
 #[derive(Default)]

@@ -200,17 +200,29 @@ fn persist(
         )
     };
     let mut state = SubtaskState::default();
-    // The shared file this snapshot wrote: nobody references it before the acknowledgement,
-    // so a failure after it was written deletes it.
-    let mut new_shared = None;
+    // The shared files this snapshot wrote: nobody references them before the
+    // acknowledgement, so a failure after they were written deletes them.
+    let mut new_shared = Vec::new();
+    // Savepoints are written in full: they must stand alone, without shared files.
+    let incremental = options.incremental && !job.savepoint;
+    #[cfg(feature = "rocksdb")]
+    let keyed = match (job.snapshot.lsm.take(), incremental && !keyed.is_empty()) {
+        (Some(lsm), true) => {
+            let (s, written) = persist_lsm(storage, options, &job, keyed, lsm)
+                .map_err(|(what, e)| fail(what, &e))?;
+            state = s;
+            new_shared = written;
+            Vec::new()
+        }
+        _ => keyed,
+    };
     if !keyed.is_empty() {
-        // Savepoints are written in full: they must stand alone, without shared files.
-        match (plan, options.incremental && !job.savepoint) {
+        match (plan, incremental) {
             (Some(plan), true) => {
                 let (s, written) = persist_incremental(storage, options, &job, keyed, &plan)
                     .map_err(|(what, e)| fail(what, &e))?;
                 state = s;
-                new_shared = written;
+                new_shared.extend(written);
             }
             _ => {
                 let bytes = weir_state::encode_keyed_snapshot(&keyed, job.key_groups)
@@ -238,7 +250,7 @@ fn persist(
         ) {
             Ok(h) => h,
             Err(e) => {
-                if let Some(path) = &new_shared {
+                for path in &new_shared {
                     discard_unacknowledged(storage, path);
                 }
                 return Err(fail("writing operator state", &e));
@@ -332,6 +344,134 @@ fn persist_incremental(
         },
         new_shared,
     ))
+}
+
+/// Uploads the table files of a RocksDB snapshot that no earlier completed checkpoint
+/// uploaded, each to a shared file of its own, and writes the subtask's manifest into the
+/// checkpoint's directory; acknowledges the manifest (private), the new files and every
+/// earlier one the manifest references (shared, reference-counted).
+#[cfg(feature = "rocksdb")]
+fn persist_lsm(
+    storage: &CheckpointStorage,
+    options: WriteOptions,
+    job: &SnapshotJob,
+    keyed: Vec<Box<dyn FrozenTable>>,
+    lsm: weir_state::lsm::LsmSnapshot,
+) -> Result<(SubtaskState, Vec<String>), (&'static str, String)> {
+    let index = job.subtask.index;
+    let kind = HandleKind::Keyed {
+        key_groups: job.key_groups,
+    };
+    let path_for = |name: &str| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (nonce(job), name).hash(&mut h);
+        let nonce = h.finish();
+        CheckpointLayout::shared_table_file(job.checkpoint, &job.uid, index, nonce)
+    };
+    let mut files = lsm
+        .files(&path_for)
+        .map_err(|e| ("materializing RocksDB state", e.to_string()))?;
+    let mut handles: Vec<StateHandle> = files
+        .reused()
+        .iter()
+        .map(|f| StateHandle {
+            path: f.file.path.clone(),
+            size: f.file.size,
+            checksum: f.file.checksum,
+            kind,
+            shared: true,
+            inline: None,
+        })
+        .collect();
+    let uploads: Vec<_> = files
+        .uploads()
+        .iter()
+        .map(|u| (u.name.clone(), u.local.clone(), u.path.clone()))
+        .collect();
+    let mut written: Vec<StateHandle> = Vec::with_capacity(uploads.len());
+    // A file this snapshot wrote is not referenced by anybody yet: on failure, it goes.
+    let fail = |written: &[StateHandle], what: &'static str, e: String| {
+        for h in written {
+            discard_unacknowledged(storage, &h.path);
+        }
+        (what, e)
+    };
+    for (name, local, path) in uploads {
+        let handle = match read_chunks(&local).and_then(|chunks| {
+            storage
+                .write_shared_file(path, kind, chunks)
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(h) => h,
+            Err(e) => return Err(fail(&written, "uploading a RocksDB table file", e)),
+        };
+        files.uploaded(
+            &name,
+            SharedStateFile {
+                path: handle.path.clone(),
+                size: handle.size,
+                checksum: handle.checksum,
+            },
+        );
+        written.push(handle);
+    }
+    let manifest = match files.manifest(keyed, job.key_groups) {
+        Ok(m) => m,
+        Err(e) => {
+            return Err(fail(
+                &written,
+                "assembling the RocksDB manifest",
+                e.to_string(),
+            ))
+        }
+    };
+    let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "keyed");
+    let manifest_handle =
+        match storage.write_or_inline_state(path, kind, manifest, options.inline_threshold) {
+            Ok(h) => h,
+            Err(e) => {
+                return Err(fail(
+                    &written,
+                    "writing the RocksDB manifest",
+                    e.to_string(),
+                ))
+            }
+        };
+    let persisted_size = manifest_handle.size + written.iter().map(|h| h.size).sum::<u64>();
+    let new_shared = written.iter().map(|h| h.path.clone()).collect();
+    handles.insert(0, manifest_handle);
+    handles.extend(written);
+    let state_size = handles.iter().map(|h| h.size).sum();
+    Ok((
+        SubtaskState {
+            handles,
+            state_size,
+            persisted_size,
+        },
+        new_shared,
+    ))
+}
+
+/// A local file's bytes in chunks of a few megabytes, as a shared file is written.
+#[cfg(feature = "rocksdb")]
+fn read_chunks(path: &std::path::Path) -> Result<Vec<Vec<u8>>, String> {
+    use std::io::Read;
+    const CHUNK: usize = 4 << 20;
+    let mut file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut chunks = Vec::new();
+    loop {
+        let mut chunk = Vec::with_capacity(CHUNK);
+        let read = (&mut file)
+            .take(CHUNK as u64)
+            .read_to_end(&mut chunk)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if read == 0 {
+            return Ok(chunks);
+        }
+        chunks.push(chunk);
+    }
 }
 
 /// Adds to `handles` a shared handle for every file the chains of an incremental snapshot

@@ -464,6 +464,7 @@ fn source_snapshot<T, S: SourceFunction<T>>(source: &mut S) -> Result<OperatorSn
             },
         }),
         incremental: None,
+        lsm: None,
     })
 }
 

@@ -77,6 +77,7 @@ mod keyed_table;
 mod list_state;
 #[cfg(feature = "rocksdb")]
 pub mod lsm;
+mod lsm_manifest;
 mod lsm_usage;
 mod map_state;
 pub mod operator_state;
@@ -100,6 +101,7 @@ pub use incremental_format::{
 };
 pub use key::{CurrentKey, Key, Value};
 pub use list_state::ListState;
+pub use lsm_manifest::{is_lsm_manifest, LsmFile, LsmManifest};
 pub use lsm_usage::LsmUsage;
 pub use map_state::MapState;
 pub use operator_state::{redistribute_operator_state, OperatorStateSnapshot};

@@ -168,6 +168,25 @@ impl KeyedSnapshotReader {
         Ok(merged)
     }
 
+    /// Adds the tables of `other`, a snapshot of *other* tables of the same subtask (the heap
+    /// tables beside a RocksDB snapshot), keeping only the key groups this reader covers.
+    pub fn add_tables(&mut self, mut other: KeyedSnapshotReader) -> Result<(), StateError> {
+        for table in &mut other.tables {
+            if self.tables.iter().any(|t| t.name == table.name) {
+                return Err(corrupt(format!(
+                    "table '{}' is in the snapshot twice",
+                    table.name
+                )));
+            }
+            let covered = &self.covered;
+            table
+                .blobs
+                .retain(|key_group, _| covered.iter().any(|r| r.contains(*key_group)));
+        }
+        other.covered.clear();
+        self.absorb(other)
+    }
+
     fn absorb(&mut self, other: KeyedSnapshotReader) -> Result<(), StateError> {
         match (self.max_parallelism, other.max_parallelism) {
             (Some(expected), Some(snapshot)) if expected != snapshot => {

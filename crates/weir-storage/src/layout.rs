@@ -7,6 +7,7 @@
 //!                                                      snapshot, or an incremental manifest
 //! <checkpoint-dir>/<job>/chk-<id>/<uid>-<index>.op     a subtask's operator state
 //! <checkpoint-dir>/<job>/shared/<uid>-<index>-<id>-<nonce>.kgs
+//! <checkpoint-dir>/<job>/shared/<uid>-<index>-<id>-<nonce>.sst
 //!                                                      key-group blobs of incremental
 //!                                                      checkpoints, referenced by later ones
 //! <checkpoint-dir>/<job>/_claimed                      a snapshot the job claimed and has not
@@ -28,6 +29,9 @@ pub const CLAIM_FILE: &str = "_claimed";
 const CHECKPOINT_PREFIX: &str = "chk-";
 /// The extension of shared key-group data files.
 pub const SHARED_EXTENSION: &str = "kgs";
+/// The extension of a shared RocksDB table file (an incremental checkpoint of the RocksDB
+/// state backend).
+pub const TABLE_FILE_EXTENSION: &str = "sst";
 
 /// Names of a job's checkpoint files, relative to the job's root.
 #[derive(Clone, Debug)]
@@ -57,6 +61,15 @@ impl CheckpointLayout {
     pub fn shared_file(id: CheckpointId, uid: &str, index: u32, nonce: u64) -> String {
         format!(
             "{SHARED_DIR}/{}-{index}-{id}-{nonce:016x}.{SHARED_EXTENSION}",
+            sanitize(uid)
+        )
+    }
+
+    /// The relative path of a RocksDB table file uploaded by a subtask for checkpoint `id`
+    /// (see [`CheckpointLayout::shared_file`]).
+    pub fn shared_table_file(id: CheckpointId, uid: &str, index: u32, nonce: u64) -> String {
+        format!(
+            "{SHARED_DIR}/{}-{index}-{id}-{nonce:016x}.{TABLE_FILE_EXTENSION}",
             sanitize(uid)
         )
     }

@@ -8,7 +8,9 @@ use crate::storage::CheckpointStorage;
 use crate::StorageError;
 use std::collections::HashSet;
 use weir_core::{CheckpointId, HandleKind, StateHandle};
-use weir_state::{incremental_format, KeyedManifest, KeyedSnapshotReader, OperatorStateSnapshot};
+use weir_state::{
+    incremental_format, KeyedManifest, KeyedSnapshotReader, LsmManifest, OperatorStateSnapshot,
+};
 
 /// The outcome of looking for the checkpoint to resume from.
 #[derive(Debug)]
@@ -71,11 +73,17 @@ impl CheckpointStorage {
             HandleKind::Operator => OperatorStateSnapshot::decode(&bytes)
                 .map(|_| ())
                 .map_err(corrupt),
+            HandleKind::Keyed { .. } if handle.shared && is_table_file(&handle.path) => {
+                check_table_file(&bytes).map_err(|reason| StorageError::Corrupt { path, reason })
+            }
             HandleKind::Keyed { .. } if handle.shared => {
                 incremental_format::validate_data_file(&handle.path, &bytes).map_err(corrupt)
             }
             HandleKind::Keyed { .. } if weir_state::is_manifest(&bytes) => {
                 KeyedManifest::decode(&bytes).map(|_| ()).map_err(corrupt)
+            }
+            HandleKind::Keyed { .. } if weir_state::is_lsm_manifest(&bytes) => {
+                LsmManifest::decode(&bytes).map(|_| ()).map_err(corrupt)
             }
             HandleKind::Keyed { .. } => KeyedSnapshotReader::decode_vec(bytes)
                 .map(|_| ())
@@ -140,4 +148,34 @@ fn handles(metadata: &CheckpointMetadata) -> impl Iterator<Item = &StateHandle> 
 /// Whether a handle's file belongs to its checkpoint alone (not shared).
 pub fn is_private(handle: &StateHandle) -> bool {
     !handle.shared && CheckpointLayout::checkpoint_of(&handle.path).is_some()
+}
+
+/// Whether a shared file is a RocksDB table file (by its name: see [`CheckpointLayout`]).
+fn is_table_file(path: &str) -> bool {
+    path.rsplit_once('.')
+        .is_some_and(|(_, ext)| ext == crate::layout::TABLE_FILE_EXTENSION)
+}
+
+/// The magic number that ends every RocksDB block-based table file.
+const TABLE_FILE_MAGIC: u64 = 0x88e2_41b7_85f4_cff7;
+
+/// A RocksDB table file ends with its format's magic number (its size and CRC-32C were checked
+/// when it was read; RocksDB checks its blocks when it opens it).
+fn check_table_file(bytes: &[u8]) -> Result<(), String> {
+    let tail = bytes
+        .len()
+        .checked_sub(8)
+        .map(|start| &bytes[start..])
+        .ok_or_else(|| {
+            format!(
+                "{} bytes is too short for a RocksDB table file",
+                bytes.len()
+            )
+        })?;
+    let mut magic = [0; 8];
+    magic.copy_from_slice(tail);
+    if u64::from_le_bytes(magic) != TABLE_FILE_MAGIC {
+        return Err("not a RocksDB table file (bad magic number at its end)".into());
+    }
+    Ok(())
 }

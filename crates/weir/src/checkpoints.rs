@@ -256,12 +256,23 @@ fn print_checkpoint(target: &Target, m: &CheckpointMetadata) {
     println!();
 }
 
-/// For an incremental manifest: its tables and how long its chains are.
+/// For an incremental manifest: its tables and how long its chains are; for a RocksDB one, its
+/// tables and table files.
 fn manifest_detail(storage: &CheckpointStorage, h: &weir_core::StateHandle) -> Option<String> {
     let HandleKind::Keyed { .. } = h.kind else {
         return None;
     };
     let bytes = storage.read_state_file(h).ok()?;
+    if weir_state::is_lsm_manifest(&bytes) {
+        let m = weir_state::LsmManifest::decode(&bytes).ok()?;
+        let tables: Vec<String> = m.tables.iter().map(|(n, k)| format!("{n} ({k})")).collect();
+        return Some(format!(
+            "RocksDB manifest: tables {}; {} in {} table file(s)",
+            tables.join(", "),
+            self::bytes(m.referenced_bytes()),
+            m.files.len()
+        ));
+    }
     if !weir_state::is_manifest(&bytes) {
         return Some("full snapshot".into());
     }

@@ -95,8 +95,8 @@ impl<K: Key> KeyedBackend<K> {
         self.metrics.set_rocksdb(store.usage());
     }
 
-    /// The synchronous snapshot of `state` and the timers, O(tables × key groups). RocksDB
-    /// tables are written in full (their snapshot format has no deltas yet).
+    /// The synchronous snapshot of `state` and the timers, O(tables × key groups). With
+    /// RocksDB, the snapshot of the database goes along (see [`OperatorSnapshot::lsm`]).
     pub fn snapshot<SK: Key, S: KeyedStateSet<SK>>(
         &mut self,
         checkpoint: CheckpointId,
@@ -108,14 +108,15 @@ impl<K: Key> KeyedBackend<K> {
         let mut keyed = Vec::new();
         #[cfg(feature = "rocksdb")]
         if let Some(store) = &self.lsm {
-            store.begin_snapshot();
+            store.begin_snapshot(checkpoint.0);
             state.snapshot(&mut keyed);
-            store.end_snapshot();
+            let lsm = store.end_snapshot(checkpoint.0);
             self.timers.snapshot(&mut keyed);
             return Ok(OperatorSnapshot {
                 keyed,
                 operator: None,
                 incremental: None,
+                lsm,
             });
         }
         state.snapshot(&mut keyed);
@@ -125,6 +126,7 @@ impl<K: Key> KeyedBackend<K> {
             keyed,
             operator: None,
             incremental: Some(plan),
+            lsm: None,
         })
     }
 
@@ -136,10 +138,18 @@ impl<K: Key> KeyedBackend<K> {
         state: &mut S,
     ) {
         complete(&self.base, checkpoint, Some(state), Some(&mut self.timers));
+        #[cfg(feature = "rocksdb")]
+        if let Some(store) = &self.lsm {
+            store.complete(checkpoint.0);
+        }
     }
 
     pub fn abort(&mut self, checkpoint: CheckpointId) {
         self.base.abort(checkpoint.0);
+        #[cfg(feature = "rocksdb")]
+        if let Some(store) = &self.lsm {
+            store.abort(checkpoint.0);
+        }
     }
 
     /// Event time reached `watermark`: every event-time timer due fires, in time order.

@@ -76,6 +76,7 @@ where
             keyed: Vec::new(),
             operator: Some(OperatorStateSnapshot { list, union }),
             incremental: None,
+            lsm: None,
         })
     }
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use weir_core::{HandleKind, KeyGroupRange, OperatorId, StateHandle, SubtaskId, SubtaskState};
 use weir_state::{
-    is_manifest, redistribute_operator_state, KeyedManifest, KeyedSnapshotReader,
-    OperatorStateSnapshot,
+    is_lsm_manifest, is_manifest, redistribute_operator_state, KeyedManifest, KeyedSnapshotReader,
+    LsmManifest, OperatorStateSnapshot,
 };
 use weir_storage::{CheckpointMetadata, CheckpointStorage, StorageError};
 
@@ -99,6 +99,10 @@ pub fn read_keyed_state(
                         let files = read_chained_files(storage, &manifest, state, key_groups)
                             .map_err(|e| located(storage, metadata, e))?;
                         manifest.reader(key_groups, files).map_err(unusable)?
+                    } else if is_lsm_manifest(&bytes) {
+                        let manifest = LsmManifest::decode(&bytes).map_err(unusable)?;
+                        read_lsm(storage, metadata, &manifest, state, key_groups)
+                            .map_err(unusable)?
                     } else {
                         KeyedSnapshotReader::decode_vec(bytes).map_err(unusable)?
                     };
@@ -160,6 +164,70 @@ fn unusable(
     ))
 }
 
+/// The key groups `range` of a native RocksDB snapshot: its table files are read (and
+/// verified) into a directory under `state.backend.rocksdb.localdir` as the environment sets
+/// it (the system's temporary directory by default), opened, and read out.
+#[cfg(feature = "rocksdb")]
+fn read_lsm(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    manifest: &LsmManifest,
+    state: &SubtaskState,
+    range: KeyGroupRange,
+) -> Result<KeyedSnapshotReader, weir_state::StateError> {
+    let scratch = weir_core::config::StateBackendConfig::from_env()
+        .map(|c| c.rocksdb_local_dir)
+        .unwrap_or_else(|_| std::env::temp_dir());
+    let mut fetch = |file: &weir_state::LsmFile| {
+        let handle = shared_handle(state, &file.file);
+        storage
+            .read_state_file(&handle)
+            .map_err(|e| located(storage, metadata, e).to_string())
+    };
+    weir_state::lsm::read_native(manifest, range, &scratch, &mut fetch)
+}
+
+/// Without the RocksDB backend, a native RocksDB snapshot cannot be read.
+#[cfg(not(feature = "rocksdb"))]
+fn read_lsm(
+    _storage: &CheckpointStorage,
+    _metadata: &CheckpointMetadata,
+    _manifest: &LsmManifest,
+    _state: &SubtaskState,
+    _range: KeyGroupRange,
+) -> Result<KeyedSnapshotReader, weir_state::StateError> {
+    Err(weir_state::StateError::Backend(
+        "it holds the table files of the RocksDB state backend, which this build of Weir lacks: \
+         build it with `--features rocksdb`, or restore a savepoint (savepoints of either \
+         backend restore into the other)"
+            .into(),
+    ))
+}
+
+/// The handle of a shared file among a subtask's handles: by path or, for a copy under another
+/// name (a savepoint), by size and checksum.
+fn shared_handle(state: &SubtaskState, file: &weir_state::SharedStateFile) -> StateHandle {
+    state
+        .handles
+        .iter()
+        .find(|h| h.path == file.path)
+        .or_else(|| {
+            state
+                .handles
+                .iter()
+                .find(|h| h.size == file.size && h.checksum == file.checksum)
+        })
+        .cloned()
+        .unwrap_or_else(|| StateHandle {
+            path: file.path.clone(),
+            size: file.size,
+            checksum: file.checksum,
+            kind: HandleKind::Operator,
+            shared: true,
+            inline: None,
+        })
+}
+
 /// Reads (and verifies) the shared files a manifest chains for the key groups `range`. Each is
 /// found among the subtask's handles by path or, for a copy under another name (a savepoint),
 /// by size and checksum.
@@ -171,25 +239,7 @@ fn read_chained_files(
 ) -> Result<HashMap<String, Vec<u8>>, StorageError> {
     let mut files = HashMap::new();
     for file in manifest.files_for(range) {
-        let handle = state
-            .handles
-            .iter()
-            .find(|h| h.path == file.path)
-            .or_else(|| {
-                state
-                    .handles
-                    .iter()
-                    .find(|h| h.size == file.size && h.checksum == file.checksum)
-            })
-            .cloned()
-            .unwrap_or_else(|| StateHandle {
-                path: file.path.clone(),
-                size: file.size,
-                checksum: file.checksum,
-                kind: HandleKind::Operator,
-                shared: true,
-                inline: None,
-            });
+        let handle = shared_handle(state, file);
         let bytes = storage.read_state_file(&handle)?;
         files.insert(file.path.clone(), bytes);
     }

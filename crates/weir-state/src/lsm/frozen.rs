@@ -2,54 +2,63 @@
 //! checkpoint and written in Weir's snapshot format, the heap backend's.
 
 use super::materialize::Materialization;
+use super::restore::RestoredDb;
 use super::store::{backend_error, family_name};
 use super::tier::key_group_prefix;
 use crate::encode_buffer::EncodeBuffer;
-use crate::entry_codec::{EntryCodec, TableKind};
+use crate::entry_codec::TableKind;
 use crate::error::StateError;
 use crate::frozen_table::FrozenTable;
 use rocksdb::{Direction, IteratorMode, ReadOptions};
-use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
 
+/// Where a [`LsmFrozen`] table reads its key groups from.
+pub(crate) enum Source {
+    /// A snapshot of the live database, materialized on first read.
+    Snapshot(Arc<Materialization>),
+    /// A database restored from a native checkpoint, opened read-only.
+    Restored(Arc<RestoredDb>),
+}
+
 /// One table of a snapshot of RocksDB state. Its key groups are written in full, every time:
 /// the snapshot format does not know which changed.
-pub(crate) struct LsmFrozen<C> {
+pub(crate) struct LsmFrozen {
     name: Arc<str>,
+    kind: TableKind,
     max_parallelism: u32,
     range: KeyGroupRange,
     epoch: u64,
-    round: Arc<Materialization>,
-    codec: PhantomData<fn() -> C>,
+    source: Source,
 }
 
-impl<C> LsmFrozen<C> {
+impl LsmFrozen {
     pub(crate) fn new(
         name: Arc<str>,
+        kind: TableKind,
         max_parallelism: u32,
         range: KeyGroupRange,
         epoch: u64,
-        round: Arc<Materialization>,
+        source: Source,
     ) -> Self {
         LsmFrozen {
             name,
+            kind,
             max_parallelism,
             range,
             epoch,
-            round,
-            codec: PhantomData,
+            source,
         }
     }
 }
 
-impl<C: EntryCodec> FrozenTable for LsmFrozen<C> {
+impl FrozenTable for LsmFrozen {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn kind(&self) -> TableKind {
-        C::KIND
+        self.kind
     }
 
     fn key_groups(&self) -> KeyGroupRange {
@@ -85,8 +94,14 @@ impl<C: EntryCodec> FrozenTable for LsmFrozen<C> {
                 self.range
             )));
         }
-        let view = self.round.materialize()?;
-        let db = view.db()?;
+        let view;
+        let db = match &self.source {
+            Source::Snapshot(round) => {
+                view = round.materialize()?;
+                view.db()?
+            }
+            Source::Restored(restored) => restored.db(),
+        };
         let family = db.cf_handle(&family_name(&self.name)).ok_or_else(|| {
             backend_error(format!(
                 "the RocksDB checkpoint has no column family for state table '{}'",

@@ -97,6 +97,11 @@ pub(crate) struct CheckpointView {
 }
 
 impl CheckpointView {
+    /// The directory of the checkpoint's files.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// The checkpoint, opened read-only.
     pub(crate) fn db(&self) -> Result<&DB, StateError> {
         self.db

@@ -46,9 +46,13 @@
 
 mod frozen;
 mod materialize;
+pub mod native;
+pub mod restore;
 mod store;
 pub(crate) mod tier;
 
+pub use native::{LsmFiles, LsmSnapshot, Upload};
+pub use restore::read_native;
 pub use store::{LsmOptions, LsmStore};
 
 #[cfg(test)]

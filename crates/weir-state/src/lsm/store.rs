@@ -2,6 +2,7 @@
 //! the snapshots in flight over it.
 
 use super::materialize::Materialization;
+use super::native::{LsmSnapshot, Uploads};
 use crate::error::StateError;
 use crate::LsmUsage;
 use rocksdb::{
@@ -49,6 +50,10 @@ pub struct LsmStore {
     memory_budget: u64,
     /// The column families' names.
     families: Vec<String>,
+    /// The tables' names.
+    tables: Vec<String>,
+    /// What the checkpoints uploaded of the database's table files.
+    uploads: Mutex<Uploads>,
     /// The snapshot whose synchronous phase is under way: the tables join it as they freeze.
     current: Mutex<Option<Arc<Materialization>>>,
     /// The newest snapshot taken, which the next one materializes after. Weak: a snapshot is
@@ -102,6 +107,8 @@ impl LsmStore {
             tier_budget: options.memory_bytes / 4 / tables.len().max(1) as u64,
             memory_budget: memory,
             families: tables.iter().map(|t| family_name(t)).collect(),
+            tables: tables.to_vec(),
+            uploads: Mutex::new(Uploads::default()),
             current: Mutex::new(None),
             last: Mutex::new(Weak::new()),
             next_checkpoint_dir: AtomicU64::new(0),
@@ -161,11 +168,16 @@ impl LsmStore {
             .map_err(|e| backend_error(format!("RocksDB write failed: {e}")))
     }
 
-    /// Starts the synchronous phase of a snapshot: the tables' [`freeze`] join the
-    /// materialization returned, which comes after every earlier one.
+    /// Starts the synchronous phase of the snapshot for checkpoint `checkpoint`: the tables'
+    /// [`freeze`] join its materialization, which comes after every earlier one.
     ///
     /// [`freeze`]: super::tier::LsmTier::freeze
-    pub fn begin_snapshot(self: &Arc<Self>) {
+    pub fn begin_snapshot(self: &Arc<Self>, checkpoint: u64) {
+        self.uploads().begin(checkpoint);
+        self.begin_round();
+    }
+
+    fn begin_round(self: &Arc<Self>) {
         let n = self.next_checkpoint_dir.fetch_add(1, Ordering::Relaxed);
         let mut last = self.last.lock().expect("lsm store lock");
         let previous = last.upgrade().filter(|m| !m.is_done());
@@ -182,14 +194,40 @@ impl LsmStore {
     /// A snapshot of one table alone, for a table frozen outside
     /// [`begin_snapshot`](Self::begin_snapshot) (a test taking a table's snapshot by hand).
     pub(crate) fn solo_snapshot(self: &Arc<Self>) -> Arc<Materialization> {
-        self.begin_snapshot();
+        self.begin_round();
         let round = self.current.lock().expect("lsm store lock").take();
         round.expect("begin_snapshot sets the current snapshot")
     }
 
-    /// Ends the synchronous phase begun by [`begin_snapshot`](Self::begin_snapshot).
-    pub fn end_snapshot(&self) {
-        self.current.lock().expect("lsm store lock").take();
+    /// Ends the synchronous phase begun by [`begin_snapshot`](Self::begin_snapshot): the
+    /// snapshot, for an incremental checkpoint of the database's files ([`LsmSnapshot`]).
+    pub fn end_snapshot(self: &Arc<Self>, checkpoint: u64) -> Option<LsmSnapshot> {
+        let round = self.current.lock().expect("lsm store lock").take()?;
+        Some(LsmSnapshot {
+            store: self.clone(),
+            round,
+            checkpoint,
+        })
+    }
+
+    /// Checkpoint `checkpoint` completed: the table files its snapshot uploaded may be
+    /// referenced by later ones (see [`native`](super::native)).
+    pub fn complete(&self, checkpoint: u64) {
+        self.uploads().complete(checkpoint);
+    }
+
+    /// Checkpoint `checkpoint` was aborted.
+    pub fn abort(&self, checkpoint: u64) {
+        self.uploads().abort(checkpoint);
+    }
+
+    pub(crate) fn uploads(&self) -> std::sync::MutexGuard<'_, Uploads> {
+        self.uploads.lock().expect("lsm uploads lock")
+    }
+
+    /// Whether `table` is one of this database's tables.
+    pub(crate) fn holds_table(&self, table: &str) -> bool {
+        self.tables.iter().any(|t| t == table)
     }
 
     /// The snapshot whose synchronous phase is under way.

@@ -91,12 +91,12 @@ fn contents(t: &Tables) -> Contents {
 fn snapshot(t: &mut Tables, range: KeyGroupRange, store: Option<&Arc<LsmStore>>) -> Vec<u8> {
     t.maintain().unwrap();
     if let Some(store) = store {
-        store.begin_snapshot();
+        store.begin_snapshot(0);
     }
     let mut frozen = Vec::new();
     t.snapshot(&mut frozen);
     if let Some(store) = store {
-        store.end_snapshot();
+        store.end_snapshot(0);
     }
     // The task keeps writing while the snapshot is encoded: the snapshot must not see it.
     for i in 0..500 {
@@ -180,10 +180,10 @@ fn snapshots_taken_back_to_back_each_hold_their_own_state() {
             apply(&mut heap, i);
             apply(&mut lsm, i);
         }
-        s.begin_snapshot();
+        s.begin_snapshot(round);
         let mut frozen = Vec::new();
         lsm.snapshot(&mut frozen);
-        s.end_snapshot();
+        s.end_snapshot(round);
         pending.push((frozen, contents(&heap)));
     }
     // Encoded newest first, after the task spilled (which materializes them all, in order).
@@ -221,4 +221,157 @@ fn a_max_parallelism_beyond_what_keys_can_hold_is_a_clear_error() {
     t.init(65_536, KeyGroupRange::new(0, 65_536));
     let err = t.use_lsm(&s).unwrap_err().to_string();
     assert!(err.contains("at most 32768"), "{err}");
+}
+
+/// Checkpoint storage for the native snapshots below: a directory the "uploads" are copied to.
+struct Uploaded {
+    dir: tempfile::TempDir,
+}
+
+impl Uploaded {
+    /// Takes a native snapshot of `t` for `checkpoint`: uploads the table files no completed
+    /// checkpoint uploaded, returns the manifest and how many files were uploaded and reused.
+    fn snapshot(
+        &self,
+        t: &mut Tables,
+        s: &Arc<LsmStore>,
+        checkpoint: u64,
+    ) -> (LsmManifest, usize, usize) {
+        t.maintain().unwrap();
+        s.begin_snapshot(checkpoint);
+        let mut frozen = Vec::new();
+        t.snapshot(&mut frozen);
+        let snapshot = s.end_snapshot(checkpoint).unwrap();
+        let path_for = |name: &str| format!("shared/{checkpoint}-{name}");
+        let mut files = snapshot.files(&path_for).unwrap();
+        let reused = files.reused().len();
+        let uploads: Vec<(String, std::path::PathBuf, String)> = files
+            .uploads()
+            .iter()
+            .map(|u| (u.name.clone(), u.local.clone(), u.path.clone()))
+            .collect();
+        for (name, local, path) in &uploads {
+            let bytes = std::fs::read(local).unwrap();
+            let target = self.dir.path().join(path);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(&target, &bytes).unwrap();
+            files.uploaded(
+                name,
+                SharedStateFile {
+                    path: path.clone(),
+                    size: bytes.len() as u64,
+                    checksum: 0,
+                },
+            );
+        }
+        let bytes = files.manifest(frozen, KeyGroupRange::new(0, MP)).unwrap();
+        (LsmManifest::decode(&bytes).unwrap(), uploads.len(), reused)
+    }
+
+    fn read(&self, manifest: &LsmManifest, range: KeyGroupRange) -> KeyedSnapshotReader {
+        let mut fetch = |file: &LsmFile| {
+            std::fs::read(self.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+        };
+        read_native(manifest, range, self.dir.path(), &mut fetch).unwrap()
+    }
+}
+
+use crate::{LsmFile, LsmManifest, SharedStateFile};
+
+#[test]
+fn a_native_snapshot_uploads_only_new_table_files_and_restores_into_either_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Uploaded {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let all = KeyGroupRange::new(0, MP);
+    let s = store(&dir, &tables());
+    let (mut heap, mut lsm) = (open(all, None), open(all, Some(&s)));
+    for i in 0..10_000 {
+        apply(&mut heap, i);
+        apply(&mut lsm, i);
+    }
+    let (first, uploaded, reused) = storage.snapshot(&mut lsm, &s, 1);
+    assert!(
+        uploaded > 0 && reused == 0,
+        "{uploaded} uploaded, {reused} reused"
+    );
+    s.complete(1);
+    for i in 10_000..10_100 {
+        apply(&mut heap, i);
+        apply(&mut lsm, i);
+    }
+    let (second, uploaded, reused) = storage.snapshot(&mut lsm, &s, 2);
+    assert!(reused > 0, "nothing of checkpoint 1 reused");
+    assert!(
+        uploaded >= 1,
+        "the changes since checkpoint 1 are in a new file"
+    );
+    for file in &second.files {
+        if first.files.contains(file) {
+            assert!(file.file.path.starts_with("shared/1-"), "{file:?}");
+        }
+    }
+
+    // Restored at another parallelism into RocksDB, and whole into the heap.
+    let expected = contents(&heap);
+    let mut merged: Contents = Default::default();
+    for index in 0..3 {
+        let range = KeyGroupRange::for_subtask(MP, 3, index);
+        let reader = storage.read(&second, range);
+        reader.check_covers(range).unwrap();
+        let s = store(&dir, &tables());
+        let mut part = open(range, Some(&s));
+        part.restore(&reader).unwrap();
+        let (v, l, m) = contents(&part);
+        merged.0.extend(v);
+        merged.1.extend(l);
+        merged.2.extend(m);
+    }
+    assert_eq!(merged, expected);
+    let mut back = open(all, None);
+    back.restore(&storage.read(&second, all)).unwrap();
+    assert_eq!(contents(&back), expected);
+}
+
+#[test]
+fn a_snapshot_taken_before_a_completion_is_known_uploads_its_own_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Uploaded {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let all = KeyGroupRange::new(0, MP);
+    let s = store(&dir, &tables());
+    let mut lsm = open(all, Some(&s));
+    for i in 0..5_000 {
+        apply(&mut lsm, i);
+    }
+    storage.snapshot(&mut lsm, &s, 1);
+    // Checkpoint 2 decides before 1 is known complete: nothing to reuse.
+    let (_, _, reused) = storage.snapshot(&mut lsm, &s, 2);
+    assert_eq!(reused, 0);
+    s.complete(1);
+    // Checkpoint 2 may still complete with its own copies: 3 must not reference 1's, which
+    // 2's completion would let the coordinator delete.
+    let (_, _, reused) = storage.snapshot(&mut lsm, &s, 3);
+    assert_eq!(
+        reused, 0,
+        "referenced checkpoint 1's copies while 2 may complete"
+    );
+    s.complete(2);
+    // 3 may still complete with its own copies: 4 cannot reference 2's either...
+    let (_, _, reused) = storage.snapshot(&mut lsm, &s, 4);
+    assert_eq!(
+        reused, 0,
+        "referenced checkpoint 2's copies while 3 may complete"
+    );
+    // ...until 3 and 4 are aborted: an aborted snapshot constrains nothing.
+    s.abort(3);
+    s.abort(4);
+    let (fifth, uploaded, reused) = storage.snapshot(&mut lsm, &s, 5);
+    assert!(reused > 0, "{uploaded} uploaded");
+    assert!(fifth
+        .files
+        .iter()
+        .all(|f| f.file.path.starts_with("shared/2-") || f.file.path.starts_with("shared/5-")));
 }

@@ -1,7 +1,7 @@
 //! One state table over RocksDB: the in-memory tier in front of the table's column family (see
 //! the [module](super) documentation for the tiers, snapshots and errors).
 
-use super::frozen::LsmFrozen;
+use super::frozen::{LsmFrozen, Source};
 use super::materialize::{FrozenWrites, Materialization};
 use super::store::{backend_error, LsmStore};
 use crate::entry_codec::{append, take, EntryCodec};
@@ -251,7 +251,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
     }
 
     /// The synchronous snapshot: the dirty keys become the snapshot's frozen set.
-    pub(crate) fn freeze(&mut self) -> LsmFrozen<C> {
+    pub(crate) fn freeze(&mut self) -> LsmFrozen {
         let round = self
             .store
             .current_snapshot()
@@ -266,10 +266,11 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
         self.frozen.push((writes, round.clone()));
         let frozen = LsmFrozen::new(
             self.name.clone(),
+            C::KIND,
             self.max_parallelism,
             self.range,
             self.epoch,
-            round,
+            Source::Snapshot(round),
         );
         self.epoch += 1;
         frozen

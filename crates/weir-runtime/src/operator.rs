@@ -44,7 +44,8 @@ pub struct OperatorSnapshot {
     pub keyed: Vec<Box<dyn FrozenTable>>,
     pub operator: Option<OperatorStateSnapshot>,
     /// For incremental checkpoints: which key groups of `keyed` to write, and which to reuse
-    /// from the last completed checkpoint. `None` writes all of them.
+    /// from the last completed checkpoint. `None` writes all of them. With `lsm`, it covers
+    /// only the tables kept on the heap (the timers), in their order in `keyed`.
     pub incremental: Option<KeyedSnapshotPlan>,
     /// With the RocksDB backend, its snapshot: an incremental checkpoint uploads the
     /// database's new table files instead of writing its tables (which `keyed` also holds,

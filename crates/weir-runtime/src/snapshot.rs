@@ -205,23 +205,36 @@ fn persist(
     let mut new_shared = Vec::new();
     // Savepoints are written in full: they must stand alone, without shared files.
     let incremental = options.incremental && !job.savepoint;
+    // RocksDB tables go by their table files; the tables kept on the heap beside them (the
+    // timers) follow the plan like any heap table.
     #[cfg(feature = "rocksdb")]
     let keyed = match (job.snapshot.lsm.take(), incremental && !keyed.is_empty()) {
         (Some(lsm), true) => {
-            let (s, written) = persist_lsm(storage, options, &job, keyed, lsm)
+            let (tables, heap): (Vec<_>, Vec<_>) =
+                keyed.into_iter().partition(|t| lsm.holds_table(t.name()));
+            let (s, written) = persist_lsm(storage, options, &job, tables, lsm)
                 .map_err(|(what, e)| fail(what, &e))?;
             state = s;
             new_shared = written;
-            Vec::new()
+            heap
         }
         _ => keyed,
     };
     if !keyed.is_empty() {
         match (plan, incremental) {
             (Some(plan), true) => {
-                let (s, written) = persist_incremental(storage, options, &job, keyed, &plan)
-                    .map_err(|(what, e)| fail(what, &e))?;
-                state = s;
+                let (s, written) = match persist_incremental(storage, options, &job, keyed, &plan) {
+                    Ok(done) => done,
+                    Err((what, e)) => {
+                        for path in &new_shared {
+                            discard_unacknowledged(storage, path);
+                        }
+                        return Err(fail(what, &e));
+                    }
+                };
+                state.handles.extend(s.handles);
+                state.state_size += s.state_size;
+                state.persisted_size += s.persisted_size;
                 new_shared.extend(written);
             }
             _ => {
@@ -346,9 +359,9 @@ fn persist_incremental(
     ))
 }
 
-/// Uploads the table files of a RocksDB snapshot that no earlier completed checkpoint
-/// uploaded, each to a shared file of its own, and writes the subtask's manifest into the
-/// checkpoint's directory; acknowledges the manifest (private), the new files and every
+/// Uploads the table files of a RocksDB snapshot (of the RocksDB tables `keyed`) that no
+/// earlier completed checkpoint uploaded, each to a shared file of its own, and writes the
+/// subtask's RocksDB manifest into the checkpoint's directory; acknowledges the manifest (private), the new files and every
 /// earlier one the manifest references (shared, reference-counted).
 #[cfg(feature = "rocksdb")]
 fn persist_lsm(
@@ -426,7 +439,7 @@ fn persist_lsm(
             ))
         }
     };
-    let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "keyed");
+    let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "rocksdb");
     let manifest_handle =
         match storage.write_or_inline_state(path, kind, manifest, options.inline_threshold) {
             Ok(h) => h,

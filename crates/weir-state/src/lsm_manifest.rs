@@ -6,16 +6,15 @@
 //! those no earlier completed checkpoint uploaded and references the others; shared files are
 //! reference-counted by the checkpoint coordinator like every shared file of keyed state.
 //! RocksDB's small files (`CURRENT`, `MANIFEST-*`, `OPTIONS-*`) change with every checkpoint and
-//! travel inside the manifest. Tables kept on the heap beside RocksDB (timers) travel inside it
-//! too, as a full keyed snapshot in Weir's own format.
+//! travel inside the manifest. The tables kept on the heap beside RocksDB (timers) are
+//! checkpointed like any heap table, in a keyed snapshot of their own beside this manifest.
 //!
 //! ```text
 //! offset 0   magic           8 bytes  "WEIRKLSM"
 //!        8   format version  u32 LE
 //!       12   checksum        u64 LE   xxh3_64 of the body
 //!       20   body            postcard: max parallelism, key-group range, tables (name, kind),
-//!                            table files (name, shared file), small files (name, bytes), and
-//!                            the heap tables' snapshot
+//!                            table files (name, shared file), small files (name, bytes)
 //! ```
 //!
 //! Decoding is ungated: a build without the RocksDB backend still recognises such a manifest,
@@ -54,8 +53,6 @@ pub struct LsmManifest {
     pub files: Vec<LsmFile>,
     /// RocksDB's small files, whole.
     pub small_files: Vec<(String, Vec<u8>)>,
-    /// The tables kept on the heap (timers), as a full keyed snapshot; empty if there are none.
-    pub heap_tables: Vec<u8>,
 }
 
 /// Whether `bytes` start like a native RocksDB snapshot's manifest.
@@ -161,7 +158,6 @@ mod tests {
                 },
             }],
             small_files: vec![("CURRENT".into(), b"MANIFEST-000005\n".to_vec())],
-            heap_tables: Vec::new(),
         }
     }
 

@@ -111,11 +111,16 @@ impl<K: Key> KeyedBackend<K> {
             store.begin_snapshot(checkpoint.0);
             state.snapshot(&mut keyed);
             let lsm = store.end_snapshot(checkpoint.0);
-            self.timers.snapshot(&mut keyed);
+            // Timers stay on the heap, checkpointed incrementally like heap tables: the plan
+            // covers them alone.
+            let mut timers = Vec::new();
+            self.timers.snapshot(&mut timers);
+            let plan = self.base.plan(checkpoint.0, &timers);
+            keyed.extend(timers);
             return Ok(OperatorSnapshot {
                 keyed,
                 operator: None,
-                incremental: None,
+                incremental: Some(plan),
                 lsm,
             });
         }

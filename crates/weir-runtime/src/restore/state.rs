@@ -83,6 +83,9 @@ pub fn read_keyed_state(
     let checkpoint = metadata.checkpoint.id;
     let mut keyed = Vec::new();
     for state in subtask_states(metadata, operator) {
+        // A subtask's keyed state may come in two parts with tables of their own: its RocksDB
+        // tables and the tables kept on the heap beside them (the timers).
+        let mut subtask: Option<KeyedSnapshotReader> = None;
         for handle in &state.handles {
             match handle.kind {
                 // Shared files are read through the manifest that chains them.
@@ -106,11 +109,15 @@ pub fn read_keyed_state(
                     } else {
                         KeyedSnapshotReader::decode_vec(bytes).map_err(unusable)?
                     };
-                    keyed.push(reader);
+                    match &mut subtask {
+                        None => subtask = Some(reader),
+                        Some(first) => first.add_tables(reader).map_err(unusable)?,
+                    }
                 }
                 _ => {}
             }
         }
+        keyed.extend(subtask);
     }
     if keyed.is_empty() {
         return Ok(None);

@@ -259,9 +259,8 @@ impl LsmFiles {
         });
     }
 
-    /// The manifest of the snapshot, once every upload is done: the RocksDB tables among
-    /// `tables` are in the table files; the others (kept on the heap) are written in full
-    /// inside it. `range` is the subtask's key groups.
+    /// The manifest of the snapshot, once every upload is done: `tables` (the RocksDB tables
+    /// of the snapshot) are in the table files. `range` is the subtask's key groups.
     pub fn manifest(
         mut self,
         tables: Vec<Box<dyn FrozenTable>>,
@@ -277,26 +276,23 @@ impl LsmFiles {
                 missing.name
             )));
         }
+        if let Some(table) = tables.iter().find(|t| !self.snapshot.holds_table(t.name())) {
+            return Err(backend_error(format!(
+                "state table '{}' is not in the subtask's RocksDB",
+                table.name()
+            )));
+        }
         let max_parallelism = tables.first().map_or(0, |t| t.max_parallelism());
-        let (lsm, heap): (Vec<_>, Vec<_>) = tables
-            .into_iter()
-            .partition(|t| self.snapshot.holds_table(t.name()));
-        let heap_tables = if heap.is_empty() {
-            Vec::new()
-        } else {
-            crate::snapshot_format::encode_keyed_snapshot(&heap, range)?
-        };
         self.files.sort_by(|a, b| a.name.cmp(&b.name));
         LsmManifest {
             max_parallelism,
             key_groups: range,
-            tables: lsm
+            tables: tables
                 .iter()
                 .map(|t| (t.name().to_string(), t.kind()))
                 .collect(),
             files: std::mem::take(&mut self.files),
             small_files: std::mem::take(&mut self.small_files),
-            heap_tables,
         }
         .encode()
     }

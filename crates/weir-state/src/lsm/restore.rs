@@ -58,11 +58,7 @@ pub fn read_native(
     let bytes = crate::snapshot_format::encode_keyed_snapshot(&tables, covered)?;
     drop(tables);
     drop(restored);
-    let mut reader = KeyedSnapshotReader::decode_vec(bytes)?;
-    if !manifest.heap_tables.is_empty() {
-        reader.add_tables(KeyedSnapshotReader::decode(&manifest.heap_tables)?)?;
-    }
-    Ok(reader)
+    KeyedSnapshotReader::decode_vec(bytes)
 }
 
 fn open(

@@ -20,7 +20,7 @@ apt_install() {
     exit 1
   fi
   if [ -z "$apt_updated" ]; then
-    apt-get update -qq
+    "$(dirname "$0")/apt-update.sh"
     apt_updated=1
   fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null

@@ -49,7 +49,7 @@ install() {
     chmod +x /usr/sbin/policy-rc.d
     policy_added=1
   fi
-  apt-get update -qq
+  "$(dirname "$0")/apt-update.sh"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
   [ -z "$policy_added" ] || rm -f /usr/sbin/policy-rc.d
   bin_dir >/dev/null || die "apt-get install postgresql did not provide initdb"

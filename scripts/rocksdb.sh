@@ -20,7 +20,7 @@ install)
       exit 1
     fi
     echo "rocksdb.sh: installing ${missing[*]} (Debian)" >&2
-    apt-get update -qq
+    "$(dirname "$0")/apt-update.sh"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
   ;;

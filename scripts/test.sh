@@ -117,7 +117,6 @@ scripts/rocksdb.sh install
 
 features=(--features weir/rocksdb)
 cargo test --workspace --all-targets "${features[@]}" "$@"
-cargo test --workspace --doc "${features[@]}" "$@"
 
 echo "scripts/test.sh: the keyed state tests again, with state.backend.type rocksdb" >&2
 export WEIR_STATE_BACKEND_TYPE=rocksdb
@@ -129,3 +128,7 @@ PROPTEST_CASES=16 cargo test --workspace "${features[@]}" \
 cargo test --workspace "${features[@]}" --test e2e "$@" -- \
   restore_matrix:: chaos::twenty_runs chaos::five_runs kill_and_resume:: \
   cluster::a_task_manager_killed
+unset WEIR_STATE_BACKEND_TYPE
+# Last: documentation tests build the libraries without the tests' dev-dependencies, which the
+# passes above would otherwise rebuild.
+cargo test --workspace --doc "${features[@]}" "$@"

@@ -33,7 +33,7 @@ install() {
   [ ${#packages[@]} -gt 0 ] || return 0
   [ "$(id -u)" = 0 ] || die "installing ${packages[*]} (Debian) needs root"
   echo "zookeeper.sh: installing ${packages[*]} (Debian)" >&2
-  apt-get update -qq
+  "$(dirname "$0")/apt-update.sh"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
   [ -f "$ZK_JAR" ] || die "apt-get install zookeeper did not provide $ZK_JAR"
 }

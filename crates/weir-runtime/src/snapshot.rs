@@ -202,7 +202,7 @@ fn persist(
     let mut state = SubtaskState::default();
     // The shared files this snapshot wrote: nobody references them before the
     // acknowledgement, so a failure after they were written deletes them.
-    let mut new_shared = Vec::new();
+    let mut new_shared: Vec<String> = Vec::new();
     // Savepoints are written in full: they must stand alone, without shared files.
     let incremental = options.incremental && !job.savepoint;
     // RocksDB tables go by their table files; the tables kept on the heap beside them (the

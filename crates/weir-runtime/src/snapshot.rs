@@ -361,8 +361,9 @@ fn persist_incremental(
 
 /// Uploads the table files of a RocksDB snapshot (of the RocksDB tables `keyed`) that no
 /// earlier completed checkpoint uploaded, each to a shared file of its own, and writes the
-/// subtask's RocksDB manifest into the checkpoint's directory; acknowledges the manifest (private), the new files and every
-/// earlier one the manifest references (shared, reference-counted).
+/// subtask's RocksDB manifest into the checkpoint's directory; acknowledges the manifest
+/// (private), the new files and every earlier one the manifest references (shared,
+/// reference-counted).
 #[cfg(feature = "rocksdb")]
 fn persist_lsm(
     storage: &CheckpointStorage,

@@ -348,15 +348,16 @@ fn persist_incremental(
     handles.extend(written);
     add_chained_files(&mut handles, &chains, kind);
     plan.base.record_written(plan, chains);
-    let state_size = handles.iter().map(|h| h.size).sum();
-    Ok((
-        SubtaskState {
-            handles,
-            state_size,
-            persisted_size,
-        },
-        new_shared,
-    ))
+    Ok((referencing(handles, persisted_size), new_shared))
+}
+
+/// A subtask's state of `handles`, `persisted_size` bytes of which its snapshot wrote.
+fn referencing(handles: Vec<StateHandle>, persisted_size: u64) -> SubtaskState {
+    SubtaskState {
+        state_size: handles.iter().map(|h| h.size).sum(),
+        handles,
+        persisted_size,
+    }
 }
 
 /// Uploads the table files of a RocksDB snapshot (of the RocksDB tables `keyed`) that no
@@ -456,15 +457,7 @@ fn persist_lsm(
     let new_shared = written.iter().map(|h| h.path.clone()).collect();
     handles.insert(0, manifest_handle);
     handles.extend(written);
-    let state_size = handles.iter().map(|h| h.size).sum();
-    Ok((
-        SubtaskState {
-            handles,
-            state_size,
-            persisted_size,
-        },
-        new_shared,
-    ))
+    Ok((referencing(handles, persisted_size), new_shared))
 }
 
 /// A local file's bytes in chunks of a few megabytes, as a shared file is written.

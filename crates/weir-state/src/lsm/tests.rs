@@ -106,6 +106,28 @@ fn snapshot(t: &mut Tables, range: KeyGroupRange, store: Option<&Arc<LsmStore>>)
     encode_keyed_snapshot(&frozen, range).unwrap()
 }
 
+/// The contents of three RocksDB subtasks (parallelism 3), each restored from the reader
+/// `reader_for` its index gives, merged.
+fn restored_in_three<'a>(
+    dir: &tempfile::TempDir,
+    reader_for: impl Fn(u32) -> &'a KeyedSnapshotReader,
+) -> Contents {
+    let mut merged: Contents = Default::default();
+    for index in 0..3 {
+        let range = KeyGroupRange::for_subtask(MP, 3, index);
+        let reader = reader_for(index);
+        reader.check_covers(range).unwrap();
+        let s = store(dir, &tables());
+        let mut part = open(range, Some(&s));
+        part.restore(reader).unwrap();
+        let (v, l, m) = contents(&part);
+        merged.0.extend(v);
+        merged.1.extend(l);
+        merged.2.extend(m);
+    }
+    merged
+}
+
 #[test]
 fn rocksdb_tables_hold_what_heap_tables_hold_through_spills() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,18 +164,7 @@ fn a_rocksdb_snapshot_restores_into_either_backend_at_another_parallelism() {
     let reader = KeyedSnapshotReader::decode(&bytes).unwrap();
 
     // Rescaled to three subtasks, each on RocksDB, and to one on the heap.
-    let mut merged: Contents = Default::default();
-    for index in 0..3 {
-        let range = KeyGroupRange::for_subtask(MP, 3, index);
-        let s = store(&dir, &tables());
-        let mut part = open(range, Some(&s));
-        part.restore(&reader).unwrap();
-        let (v, l, m) = contents(&part);
-        merged.0.extend(v);
-        merged.1.extend(l);
-        merged.2.extend(m);
-    }
-    assert_eq!(merged, expected);
+    assert_eq!(restored_in_three(&dir, |_| &reader), expected);
     let mut back = open(all, None);
     back.restore(&reader).unwrap();
     assert_eq!(contents(&back), expected);
@@ -315,19 +326,10 @@ fn a_native_snapshot_uploads_only_new_table_files_and_restores_into_either_backe
 
     // Restored at another parallelism into RocksDB, and whole into the heap.
     let expected = contents(&heap);
-    let mut merged: Contents = Default::default();
-    for index in 0..3 {
-        let range = KeyGroupRange::for_subtask(MP, 3, index);
-        let reader = storage.read(&second, range);
-        reader.check_covers(range).unwrap();
-        let s = store(&dir, &tables());
-        let mut part = open(range, Some(&s));
-        part.restore(&reader).unwrap();
-        let (v, l, m) = contents(&part);
-        merged.0.extend(v);
-        merged.1.extend(l);
-        merged.2.extend(m);
-    }
+    let readers: Vec<KeyedSnapshotReader> = (0..3)
+        .map(|index| storage.read(&second, KeyGroupRange::for_subtask(MP, 3, index)))
+        .collect();
+    let merged = restored_in_three(&dir, |index| &readers[index as usize]);
     assert_eq!(merged, expected);
     let mut back = open(all, None);
     back.restore(&storage.read(&second, all)).unwrap();

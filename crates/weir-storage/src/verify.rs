@@ -179,3 +179,40 @@ fn check_table_file(bytes: &[u8]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::KeyGroupRange;
+
+    fn table_file(storage: &CheckpointStorage, name: &str, bytes: Vec<u8>) -> StateHandle {
+        let kind = HandleKind::Keyed {
+            key_groups: KeyGroupRange::new(0, 128),
+        };
+        storage
+            .write_shared_file(format!("shared/{name}"), kind, vec![bytes])
+            .unwrap()
+    }
+
+    #[test]
+    fn a_rocksdb_table_file_is_checked_by_its_footer_magic() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::open(dir.path(), "verify-test").unwrap();
+        let mut good = vec![0; 40];
+        good.extend_from_slice(&TABLE_FILE_MAGIC.to_le_bytes());
+        let handle = table_file(&storage, "op-0-1-00.sst", good);
+        storage.verify_file(&handle).unwrap();
+
+        for (name, bytes) in [
+            ("op-0-1-01.sst", vec![7; 48]),
+            ("op-0-1-02.sst", vec![1, 2]),
+        ] {
+            let handle = table_file(&storage, name, bytes);
+            let err = storage.verify_file(&handle).unwrap_err().to_string();
+            assert!(
+                err.contains(name) && err.contains("RocksDB table file"),
+                "{err}"
+            );
+        }
+    }
+}

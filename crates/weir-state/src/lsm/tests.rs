@@ -377,3 +377,35 @@ fn a_snapshot_taken_before_a_completion_is_known_uploads_its_own_copies() {
         .iter()
         .all(|f| f.file.path.starts_with("shared/2-") || f.file.path.starts_with("shared/5-")));
 }
+
+#[test]
+fn a_truncated_or_missing_table_file_fails_the_restore_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Uploaded {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let all = KeyGroupRange::new(0, MP);
+    let s = store(&dir, &tables());
+    let mut lsm = open(all, Some(&s));
+    for i in 0..5_000 {
+        apply(&mut lsm, i);
+    }
+    let (manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
+    let truncated = |file: &LsmFile| {
+        let bytes = std::fs::read(storage.dir.path().join(&file.file.path)).unwrap();
+        Ok(bytes[..bytes.len() / 2].to_vec())
+    };
+    let missing = |_: &LsmFile| Err("shared/x.sst: no such file".to_string());
+    let mut fetches: [Box<dyn FnMut(&LsmFile) -> Result<Vec<u8>, String>>; 2] =
+        [Box::new(truncated), Box::new(missing)];
+    for fetch in &mut fetches {
+        let err = read_native(&manifest, all, storage.dir.path(), &mut **fetch)
+            .err()
+            .expect("a damaged snapshot is refused")
+            .to_string();
+        assert!(
+            err.contains("RocksDB") || err.contains("no such file"),
+            "{err}"
+        );
+    }
+}

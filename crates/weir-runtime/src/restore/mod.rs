@@ -12,8 +12,8 @@
 
 mod state;
 
-pub use state::read_keyed_state;
 pub(crate) use state::read_states;
+pub use state::{read_keyed_state, read_keyed_state_in};
 
 use weir_checkpoint::CompletedCheckpointStore;
 use weir_core::CheckpointId;

@@ -4,6 +4,7 @@
 //! checksum is verified.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use weir_core::{HandleKind, KeyGroupRange, OperatorId, StateHandle, SubtaskId, SubtaskState};
 use weir_state::{
@@ -28,6 +29,8 @@ use crate::restore::Restore;
 // Invariant: a job never references the files of a snapshot it does not own; in no-claim
 // mode the user may delete it as soon as the first checkpoint completed, in claim mode Weir
 // deletes it then.
+///
+/// RocksDB table files are fetched into a directory under `scratch` to be read.
 pub fn subtask_state(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
@@ -35,9 +38,10 @@ pub fn subtask_state(
     index: u32,
     key_groups: KeyGroupRange,
     owned: bool,
+    scratch: &Path,
 ) -> Result<RestoredState, JobError> {
     let id = node.id();
-    let mut keyed = read_keyed_state(storage, metadata, id, key_groups)?;
+    let mut keyed = read_keyed_state_in(storage, metadata, id, key_groups, scratch)?;
     if !owned {
         if let Some(reader) = &mut keyed {
             reader.detach_from_shared_files();
@@ -74,11 +78,28 @@ pub fn subtask_state(
 /// or from incremental manifests and the shared files they chain. `None` if the operator has
 /// no keyed state there. Every file's checksum is verified; an error names the checkpoint and
 /// the file.
+///
+/// RocksDB table files are fetched into a directory under `state.backend.rocksdb.localdir` as
+/// the environment sets it (the system's temporary directory by default).
 pub fn read_keyed_state(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
     operator: OperatorId,
     key_groups: KeyGroupRange,
+) -> Result<Option<KeyedSnapshotReader>, JobError> {
+    let scratch = weir_core::config::StateBackendConfig::from_env()
+        .map(|c| c.rocksdb_local_dir)
+        .unwrap_or_else(|_| std::env::temp_dir());
+    read_keyed_state_in(storage, metadata, operator, key_groups, &scratch)
+}
+
+/// Like [`read_keyed_state`], fetching RocksDB table files into a directory under `scratch`.
+pub fn read_keyed_state_in(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    operator: OperatorId,
+    key_groups: KeyGroupRange,
+    scratch: &Path,
 ) -> Result<Option<KeyedSnapshotReader>, JobError> {
     let checkpoint = metadata.checkpoint.id;
     let mut keyed = Vec::new();
@@ -104,7 +125,7 @@ pub fn read_keyed_state(
                         manifest.reader(key_groups, files).map_err(unusable)?
                     } else if is_lsm_manifest(&bytes) {
                         let manifest = LsmManifest::decode(&bytes).map_err(unusable)?;
-                        read_lsm(storage, metadata, &manifest, state, key_groups)
+                        read_lsm(storage, metadata, &manifest, state, key_groups, scratch)
                             .map_err(unusable)?
                     } else {
                         KeyedSnapshotReader::decode_vec(bytes).map_err(unusable)?
@@ -172,8 +193,7 @@ fn unusable(
 }
 
 /// The key groups `range` of a native RocksDB snapshot: its table files are read (and
-/// verified) into a directory under `state.backend.rocksdb.localdir` as the environment sets
-/// it (the system's temporary directory by default), opened, and read out.
+/// verified) into a directory under `scratch`, opened, and read out.
 #[cfg(feature = "rocksdb")]
 fn read_lsm(
     storage: &CheckpointStorage,
@@ -181,17 +201,15 @@ fn read_lsm(
     manifest: &LsmManifest,
     state: &SubtaskState,
     range: KeyGroupRange,
+    scratch: &Path,
 ) -> Result<KeyedSnapshotReader, weir_state::StateError> {
-    let scratch = weir_core::config::StateBackendConfig::from_env()
-        .map(|c| c.rocksdb_local_dir)
-        .unwrap_or_else(|_| std::env::temp_dir());
     let mut fetch = |file: &weir_state::LsmFile| {
         let handle = shared_handle(state, &file.file);
         storage
             .read_state_file(&handle)
             .map_err(|e| located(storage, metadata, e).to_string())
     };
-    weir_state::lsm::read_native(manifest, range, &scratch, &mut fetch)
+    weir_state::lsm::read_native(manifest, range, scratch, &mut fetch)
 }
 
 /// Without the RocksDB backend, a native RocksDB snapshot cannot be read.
@@ -202,6 +220,7 @@ fn read_lsm(
     _manifest: &LsmManifest,
     _state: &SubtaskState,
     _range: KeyGroupRange,
+    _scratch: &Path,
 ) -> Result<KeyedSnapshotReader, weir_state::StateError> {
     Err(weir_state::StateError::Backend(
         "it holds the table files of the RocksDB state backend, which this build of Weir lacks: \
@@ -262,6 +281,7 @@ pub(crate) fn read_states(
     graph: &JobGraph,
     restore: Restore<'_>,
     is_local: &dyn Fn(SubtaskId) -> bool,
+    scratch: &Path,
 ) -> Result<Vec<RestoredState>, JobError> {
     let Restore {
         storage,
@@ -285,7 +305,7 @@ pub(crate) fn read_states(
         let owned = savepoint.is_none();
         (
             i,
-            subtask_state(storage, metadata, node, index, key_groups, owned),
+            subtask_state(storage, metadata, node, index, key_groups, owned, scratch),
         )
     };
     let mut results: Vec<_> = std::thread::scope(|scope| {

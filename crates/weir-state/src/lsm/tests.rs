@@ -336,18 +336,24 @@ fn a_native_snapshot_uploads_only_new_table_files_and_restores_into_either_backe
     assert_eq!(contents(&back), expected);
 }
 
-#[test]
-fn a_snapshot_taken_before_a_completion_is_known_uploads_its_own_copies() {
+/// A RocksDB store (in a directory of its own) whose tables took `writes` operations, and a
+/// checkpoint storage for its native snapshots.
+fn written_store(writes: u64) -> (tempfile::TempDir, Uploaded, Arc<LsmStore>, Tables) {
     let dir = tempfile::tempdir().unwrap();
     let storage = Uploaded {
         dir: tempfile::tempdir().unwrap(),
     };
-    let all = KeyGroupRange::new(0, MP);
     let s = store(&dir, &tables());
-    let mut lsm = open(all, Some(&s));
-    for i in 0..5_000 {
+    let mut lsm = open(KeyGroupRange::new(0, MP), Some(&s));
+    for i in 0..writes {
         apply(&mut lsm, i);
     }
+    (dir, storage, s, lsm)
+}
+
+#[test]
+fn a_snapshot_taken_before_a_completion_is_known_uploads_its_own_copies() {
+    let (_dir, storage, s, mut lsm) = written_store(5_000);
     storage.snapshot(&mut lsm, &s, 1);
     // Checkpoint 2 decides before 1 is known complete: nothing to reuse.
     let (_, _, reused) = storage.snapshot(&mut lsm, &s, 2);
@@ -380,16 +386,7 @@ fn a_snapshot_taken_before_a_completion_is_known_uploads_its_own_copies() {
 
 #[test]
 fn a_truncated_or_missing_table_file_fails_the_restore_with_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Uploaded {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    let all = KeyGroupRange::new(0, MP);
-    let s = store(&dir, &tables());
-    let mut lsm = open(all, Some(&s));
-    for i in 0..5_000 {
-        apply(&mut lsm, i);
-    }
+    let (_dir, storage, s, mut lsm) = written_store(5_000);
     let (manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
     let truncated = |file: &LsmFile| {
         let bytes = std::fs::read(storage.dir.path().join(&file.file.path)).unwrap();
@@ -399,7 +396,12 @@ fn a_truncated_or_missing_table_file_fails_the_restore_with_an_error() {
     type Fetch<'a> = Box<dyn FnMut(&LsmFile) -> Result<Vec<u8>, String> + 'a>;
     let mut fetches: [Fetch; 2] = [Box::new(truncated), Box::new(missing)];
     for fetch in &mut fetches {
-        let Err(err) = read_native(&manifest, all, storage.dir.path(), &mut **fetch) else {
+        let Err(err) = read_native(
+            &manifest,
+            KeyGroupRange::new(0, MP),
+            storage.dir.path(),
+            &mut **fetch,
+        ) else {
             panic!("a damaged snapshot was restored");
         };
         let err = err.to_string();

@@ -4,7 +4,7 @@
 use super::*;
 use crate::{
     encode_keyed_snapshot, CurrentKey, KeyGroupRange, KeyedSnapshotReader, KeyedStateSet,
-    ListState, MapState, ValueState,
+    ListState, LsmFile, LsmManifest, MapState, SharedStateFile, ValueState,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -286,8 +286,6 @@ impl Uploaded {
         read_native(manifest, range, self.dir.path(), &mut fetch).unwrap()
     }
 }
-
-use crate::{LsmFile, LsmManifest, SharedStateFile};
 
 #[test]
 fn a_native_snapshot_uploads_only_new_table_files_and_restores_into_either_backend() {

@@ -106,6 +106,14 @@ fn snapshot(t: &mut Tables, range: KeyGroupRange, store: Option<&Arc<LsmStore>>)
     encode_keyed_snapshot(&frozen, range).unwrap()
 }
 
+/// A store in `dir`, and the same tables over every key group on the heap and in the store.
+fn side_by_side(dir: &tempfile::TempDir) -> (Arc<LsmStore>, Tables, Tables) {
+    let s = store(dir, &tables());
+    let all = KeyGroupRange::new(0, MP);
+    let (heap, lsm) = (open(all, None), open(all, Some(&s)));
+    (s, heap, lsm)
+}
+
 /// The contents of three RocksDB subtasks (parallelism 3), each restored from the reader
 /// `reader_for` its index gives, merged.
 fn restored_in_three<'a>(
@@ -131,9 +139,7 @@ fn restored_in_three<'a>(
 #[test]
 fn rocksdb_tables_hold_what_heap_tables_hold_through_spills() {
     let dir = tempfile::tempdir().unwrap();
-    let all = KeyGroupRange::new(0, MP);
-    let s = store(&dir, &tables());
-    let (mut heap, mut lsm) = (open(all, None), open(all, Some(&s)));
+    let (_store, mut heap, mut lsm) = side_by_side(&dir);
     for i in 0..20_000 {
         apply(&mut heap, i);
         apply(&mut lsm, i);
@@ -153,8 +159,7 @@ fn rocksdb_tables_hold_what_heap_tables_hold_through_spills() {
 fn a_rocksdb_snapshot_restores_into_either_backend_at_another_parallelism() {
     let dir = tempfile::tempdir().unwrap();
     let all = KeyGroupRange::new(0, MP);
-    let s = store(&dir, &tables());
-    let (mut heap, mut lsm) = (open(all, None), open(all, Some(&s)));
+    let (s, mut heap, mut lsm) = side_by_side(&dir);
     for i in 0..10_000 {
         apply(&mut heap, i);
         apply(&mut lsm, i);
@@ -183,8 +188,7 @@ fn a_rocksdb_snapshot_restores_into_either_backend_at_another_parallelism() {
 fn snapshots_taken_back_to_back_each_hold_their_own_state() {
     let dir = tempfile::tempdir().unwrap();
     let all = KeyGroupRange::new(0, MP);
-    let s = store(&dir, &tables());
-    let (mut heap, mut lsm) = (open(all, None), open(all, Some(&s)));
+    let (s, mut heap, mut lsm) = side_by_side(&dir);
     let mut pending = Vec::new();
     for round in 0..4u64 {
         for i in round * 3_000..(round + 1) * 3_000 {
@@ -294,8 +298,7 @@ fn a_native_snapshot_uploads_only_new_table_files_and_restores_into_either_backe
         dir: tempfile::tempdir().unwrap(),
     };
     let all = KeyGroupRange::new(0, MP);
-    let s = store(&dir, &tables());
-    let (mut heap, mut lsm) = (open(all, None), open(all, Some(&s)));
+    let (s, mut heap, mut lsm) = side_by_side(&dir);
     for i in 0..10_000 {
         apply(&mut heap, i);
         apply(&mut lsm, i);

@@ -46,7 +46,6 @@ pub const MANIFEST_MAGIC: [u8; 8] = *b"WEIRKMAN";
 pub const INCREMENTAL_FORMAT_VERSION: u32 = 1;
 
 const DATA_HEADER_LEN: usize = 12;
-const MANIFEST_BODY_OFFSET: usize = 20;
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 struct BlobEntry {
@@ -303,15 +302,12 @@ fn encode_manifest(
         files,
         tables: manifest_tables,
     };
-    let mut out = Vec::with_capacity(1024);
-    out.extend_from_slice(&MANIFEST_MAGIC);
-    out.extend_from_slice(&INCREMENTAL_FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&[0; 8]);
-    crate::entry_codec::append(&manifest, &mut out)
-        .map_err(|e| StateError::Encode(format!("manifest: {e}")))?;
-    let checksum = xxh3_64(&out[MANIFEST_BODY_OFFSET..]);
-    out[12..MANIFEST_BODY_OFFSET].copy_from_slice(&checksum.to_le_bytes());
-    Ok(out)
+    crate::envelope::seal(
+        &MANIFEST_MAGIC,
+        INCREMENTAL_FORMAT_VERSION,
+        &manifest,
+        "manifest",
+    )
 }
 
 /// Whether `bytes` start like a manifest (rather than a self-contained keyed snapshot).
@@ -326,32 +322,12 @@ fn corrupt(what: &str, reason: impl std::fmt::Display) -> StateError {
 impl KeyedManifest {
     /// Decodes and validates a manifest; corrupt or truncated bytes are an error.
     pub fn decode(bytes: &[u8]) -> Result<KeyedManifest, StateError> {
-        if bytes.len() < MANIFEST_BODY_OFFSET {
-            return Err(corrupt(
-                "manifest",
-                format!("{} bytes is too short; truncated?", bytes.len()),
-            ));
-        }
-        if !is_manifest(bytes) {
-            return Err(corrupt("manifest", "bad magic"));
-        }
-        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if version != INCREMENTAL_FORMAT_VERSION {
-            return Err(StateError::UnsupportedVersion {
-                found: version,
-                supported: INCREMENTAL_FORMAT_VERSION,
-            });
-        }
-        let mut stored = [0; 8];
-        stored.copy_from_slice(&bytes[12..MANIFEST_BODY_OFFSET]);
-        if u64::from_le_bytes(stored) != xxh3_64(&bytes[MANIFEST_BODY_OFFSET..]) {
-            return Err(corrupt(
-                "manifest",
-                "checksum mismatch; truncated or damaged",
-            ));
-        }
-        let manifest: KeyedManifest = postcard::from_bytes(&bytes[MANIFEST_BODY_OFFSET..])
-            .map_err(|e| corrupt("manifest", e))?;
+        let manifest: KeyedManifest = crate::envelope::open(
+            bytes,
+            &MANIFEST_MAGIC,
+            INCREMENTAL_FORMAT_VERSION,
+            "manifest",
+        )?;
         manifest.validate()?;
         Ok(manifest)
     }

@@ -67,6 +67,7 @@ mod chain;
 mod encode_buffer;
 mod entry_codec;
 mod entry_table;
+mod envelope;
 mod error;
 mod frozen_table;
 mod group;

@@ -25,13 +25,13 @@ use crate::entry_codec::TableKind;
 use crate::error::StateError;
 use serde::{Deserialize, Serialize};
 use weir_core::KeyGroupRange;
-use xxhash_rust::xxh3::xxh3_64;
 
 /// The first eight bytes of a native RocksDB snapshot's manifest.
 pub const LSM_MANIFEST_MAGIC: [u8; 8] = *b"WEIRKLSM";
 /// The format version of the manifests this build writes and reads.
 pub const LSM_MANIFEST_VERSION: u32 = 1;
-const BODY_OFFSET: usize = 20;
+/// How errors name a manifest.
+const WHAT: &str = "RocksDB snapshot manifest";
 
 /// One immutable RocksDB file of a snapshot.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -62,43 +62,14 @@ pub fn is_lsm_manifest(bytes: &[u8]) -> bool {
 
 impl LsmManifest {
     pub fn encode(&self) -> Result<Vec<u8>, StateError> {
-        let mut out = Vec::with_capacity(1024);
-        out.extend_from_slice(&LSM_MANIFEST_MAGIC);
-        out.extend_from_slice(&LSM_MANIFEST_VERSION.to_le_bytes());
-        out.extend_from_slice(&[0; 8]);
-        crate::entry_codec::append(self, &mut out)
-            .map_err(|e| StateError::Encode(format!("RocksDB snapshot manifest: {e}")))?;
-        let checksum = xxh3_64(&out[BODY_OFFSET..]);
-        out[12..BODY_OFFSET].copy_from_slice(&checksum.to_le_bytes());
-        Ok(out)
+        crate::envelope::seal(&LSM_MANIFEST_MAGIC, LSM_MANIFEST_VERSION, self, WHAT)
     }
 
     /// Decodes and validates a manifest; corrupt or truncated bytes are an error, and so is a
     /// file name that is not a plain name in one directory.
     pub fn decode(bytes: &[u8]) -> Result<LsmManifest, StateError> {
-        if bytes.len() < BODY_OFFSET {
-            return Err(corrupt(format!(
-                "{} bytes is too short; truncated?",
-                bytes.len()
-            )));
-        }
-        if !is_lsm_manifest(bytes) {
-            return Err(corrupt("bad magic".into()));
-        }
-        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if version != LSM_MANIFEST_VERSION {
-            return Err(StateError::UnsupportedVersion {
-                found: version,
-                supported: LSM_MANIFEST_VERSION,
-            });
-        }
-        let mut stored = [0; 8];
-        stored.copy_from_slice(&bytes[12..BODY_OFFSET]);
-        if u64::from_le_bytes(stored) != xxh3_64(&bytes[BODY_OFFSET..]) {
-            return Err(corrupt("checksum mismatch; truncated or damaged".into()));
-        }
-        let manifest: LsmManifest = postcard::from_bytes(&bytes[BODY_OFFSET..])
-            .map_err(|e| corrupt(format!("undecodable body: {e}")))?;
+        let manifest: LsmManifest =
+            crate::envelope::open(bytes, &LSM_MANIFEST_MAGIC, LSM_MANIFEST_VERSION, WHAT)?;
         let names = manifest
             .files
             .iter()
@@ -137,7 +108,7 @@ fn is_plain_name(name: &str) -> bool {
 }
 
 fn corrupt(reason: String) -> StateError {
-    StateError::Corrupt(format!("RocksDB snapshot manifest: {reason}"))
+    StateError::Corrupt(format!("{WHAT}: {reason}"))
 }
 
 #[cfg(test)]
@@ -166,7 +137,7 @@ mod tests {
         let bytes = manifest().encode().unwrap();
         assert!(is_lsm_manifest(&bytes));
         assert_eq!(LsmManifest::decode(&bytes).unwrap(), manifest());
-        for cut in [0, 10, BODY_OFFSET, bytes.len() - 1] {
+        for cut in [0, 10, 20, bytes.len() - 1] {
             assert!(LsmManifest::decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }
         let mut flipped = bytes.clone();

@@ -203,6 +203,54 @@ fn a_savepoint_of_either_state_backend_restores_into_the_other_at_another_parall
     }
 }
 
+/// A retained checkpoint restores into the other backend at another parallelism too: an
+/// incremental RocksDB checkpoint (table files and a RocksDB manifest) into the heap at
+/// parallelism 3, and an incremental heap checkpoint into RocksDB at parallelism 1.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_retained_checkpoint_of_either_state_backend_restores_into_the_other_at_another_parallelism() {
+    use weir_core::config::StateBackendKind::{HashMap, RocksDb};
+    use weir_storage::CheckpointLayout;
+    let dir = tempfile::tempdir().unwrap();
+    let expected = uninterrupted_counts(dir.path());
+
+    for (from, into, parallelism) in [(RocksDb, HashMap, 3), (HashMap, RocksDb, 1)] {
+        let case = dir.path().join(format!("{from:?}-into-{into:?}"));
+        let first = case.join("first");
+        let mut config = exec(&first, StartMode::New);
+        config.state_backend.kind = from;
+        execute(&job(2, false), &config, &StopHandle::new(), &mut |_| {}).unwrap();
+        let latest = CheckpointStorage::open(&first, "counting")
+            .unwrap()
+            .find_latest()
+            .unwrap()
+            .metadata
+            .expect("a checkpoint")
+            .checkpoint;
+        let rocksdb_manifests = latest
+            .subtask_states
+            .values()
+            .flat_map(|s| &s.handles)
+            .filter(|h| h.path.ends_with(".rocksdb"))
+            .count();
+        assert_eq!(rocksdb_manifests > 0, from == RocksDb, "{from:?}");
+        let latest = latest.id;
+        let retained = first
+            .join("counting")
+            .join(CheckpointLayout::checkpoint_dir_name(latest));
+        let ckpt = case.join("restored");
+        run_to_end_configured(&ckpt, &job(parallelism, false), &retained, |c| {
+            c.state_backend.kind = into;
+        })
+        .unwrap();
+        assert_eq!(
+            final_counts(&ckpt),
+            expected,
+            "a retained checkpoint of {from:?} restored into {into:?} at parallelism {parallelism}"
+        );
+    }
+}
+
 #[test]
 fn a_savepoint_copied_elsewhere_restores_after_the_original_is_deleted_and_outlives_checkpoint_rotation(
 ) {

@@ -50,8 +50,6 @@ pub struct LsmStore {
     memory_budget: u64,
     /// The column families' names.
     families: Vec<String>,
-    /// The tables' names.
-    tables: Vec<String>,
     /// What the checkpoints uploaded of the database's table files.
     uploads: Mutex<Uploads>,
     /// The snapshot whose synchronous phase is under way: the tables join it as they freeze.
@@ -107,7 +105,6 @@ impl LsmStore {
             tier_budget: options.memory_bytes / 4 / tables.len().max(1) as u64,
             memory_budget: memory,
             families: tables.iter().map(|t| family_name(t)).collect(),
-            tables: tables.to_vec(),
             uploads: Mutex::new(Uploads::default()),
             current: Mutex::new(None),
             last: Mutex::new(Weak::new()),
@@ -227,7 +224,9 @@ impl LsmStore {
 
     /// Whether `table` is one of this database's tables.
     pub(crate) fn holds_table(&self, table: &str) -> bool {
-        self.tables.iter().any(|t| t == table)
+        self.families
+            .iter()
+            .any(|f| f.strip_prefix(FAMILY_PREFIX) == Some(table))
     }
 
     /// The snapshot whose synchronous phase is under way.
@@ -236,10 +235,12 @@ impl LsmStore {
     }
 }
 
+const FAMILY_PREFIX: &str = "weir/";
+
 /// The column family of a table: a prefix keeps a table named `default` apart from RocksDB's
 /// own default family.
 pub(crate) fn family_name(table: &str) -> String {
-    format!("weir/{table}")
+    format!("{FAMILY_PREFIX}{table}")
 }
 
 pub(crate) fn backend_error(reason: String) -> StateError {

@@ -23,6 +23,13 @@ pub enum TableKind {
     Map,
     /// [`ListState`](crate::ListState): a list per key.
     List,
+    /// [`TtlValueState`](crate::TtlValueState): one value per key, with its time to live.
+    TtlValue,
+    /// [`TtlMapState`](crate::TtlMapState): a map per key, each user key with its time to live.
+    TtlMap,
+    /// [`TtlListState`](crate::TtlListState): a list per key, each element with its time to
+    /// live.
+    TtlList,
 }
 
 impl fmt::Display for TableKind {
@@ -31,6 +38,9 @@ impl fmt::Display for TableKind {
             TableKind::Value => "value",
             TableKind::Map => "map",
             TableKind::List => "list",
+            TableKind::TtlValue => "value (with time-to-live)",
+            TableKind::TtlMap => "map (with time-to-live)",
+            TableKind::TtlList => "list (with time-to-live)",
         })
     }
 }

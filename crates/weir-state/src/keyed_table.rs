@@ -29,6 +29,7 @@ use crate::group::{Base, Group};
 use crate::key::{CurrentKey, Key};
 use crate::snapshot_reader::KeyedSnapshotReader;
 use crate::stable_hash::key_group_of;
+use crate::ttl::{Expiry, Verdict};
 use hashbrown::hash_map::RawEntryMut;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -63,6 +64,15 @@ pub(crate) struct KeyGroupedMap<K, E, C> {
     #[cfg(feature = "rocksdb")]
     lsm: Option<Box<crate::lsm::tier::LsmTier<K, E, C>>>,
     codec: PhantomData<fn() -> C>,
+}
+
+/// Where incremental cleanup ([`KeyGroupedMap::purge`]) goes on from: a key group's index and a
+/// position in its entries (positions move as entries are removed: an entry may be passed over
+/// until the next round).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PurgeCursor {
+    group: usize,
+    position: usize,
 }
 
 /// Sends a method of the table to its RocksDB tier, if it has one.
@@ -453,12 +463,82 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
 
     /// The synchronous snapshot of whichever backend holds the entries.
     pub(crate) fn snapshot_into(&mut self, out: &mut Vec<Box<dyn crate::FrozenTable>>) {
+        self.snapshot_with_expiry(out, None)
+    }
+
+    /// [`snapshot_into`](Self::snapshot_into), whose full encodes leave out the entries
+    /// `expiry` finds expired (a table with a time to live).
+    pub(crate) fn snapshot_with_expiry(
+        &mut self,
+        out: &mut Vec<Box<dyn crate::FrozenTable>>,
+        expiry: Option<Expiry>,
+    ) {
         #[cfg(feature = "rocksdb")]
         if let Some(tier) = self.lsm.as_deref_mut() {
-            out.push(Box::new(tier.freeze()));
+            out.push(Box::new(tier.freeze(expiry)));
             return;
         }
-        out.push(Box::new(self.freeze()));
+        let mut frozen = self.freeze();
+        frozen.expiry = expiry;
+        out.push(Box::new(frozen));
+    }
+
+    /// Incremental cleanup of the heap backend: examines up to `budget` entries from `cursor`
+    /// on, key group after key group (round and round), removing those `verdict` says to
+    /// remove and trimming with `trim` those it says to trim. A key group a snapshot still
+    /// shares is passed over until the next round. With the RocksDB backend (whose compactions
+    /// clean up instead) it does nothing.
+    pub(crate) fn purge(
+        &mut self,
+        cursor: &mut PurgeCursor,
+        mut budget: usize,
+        verdict: impl Fn(&E) -> Verdict,
+        trim: impl Fn(&mut E),
+    ) {
+        #[cfg(feature = "rocksdb")]
+        if self.lsm.is_some() {
+            return;
+        }
+        let (epoch, needed_after) = (self.epoch, self.removals_needed_after);
+        let groups = self.groups.len();
+        // Each key group at most once per call: an empty table costs one pass of the groups.
+        for _ in 0..groups {
+            if budget == 0 {
+                return;
+            }
+            let i = cursor.group % groups;
+            let slot = &mut self.groups[i];
+            if slot.settle(epoch, needed_after) {
+                let group = slot.direct();
+                let mut position = cursor.position;
+                let mut modified = false;
+                while budget > 0 && position < group.entries.len() {
+                    budget -= 1;
+                    match verdict(group.entries.at(position)) {
+                        Verdict::Keep => position += 1,
+                        Verdict::Trim => {
+                            trim(group.entries.write_at(position, epoch));
+                            modified = true;
+                            position += 1;
+                        }
+                        // The last entry moves into `position`: examined next.
+                        Verdict::Remove => {
+                            group.remove_at(position, epoch, needed_after);
+                            modified = true;
+                        }
+                    }
+                }
+                if modified {
+                    self.last_modified[i] = epoch;
+                }
+                if position < group.entries.len() {
+                    cursor.position = position;
+                    return;
+                }
+            }
+            cursor.group = (i + 1) % groups;
+            cursor.position = 0;
+        }
     }
 
     /// The number of removed keys remembered for deltas, summed over key groups.
@@ -510,6 +590,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
                 .collect(),
             last_modified: self.last_modified.clone(),
             epoch: self.epoch,
+            expiry: None,
             codec: PhantomData,
         };
         self.epoch += 1;

@@ -27,6 +27,10 @@
 //! [`KeyedStateSet::restore`]: each table takes exactly the key groups inside its range. Because
 //! the key group of a key never changes, this is also rescaling.
 //!
+//! **Time to live.** [`TtlValueState`], [`TtlMapState`] and [`TtlListState`] are the same
+//! kinds of state whose values expire a [`StateTtlConfig`]'s time after their last write, with
+//! Flink's update, visibility and cleanup choices (see [`ttl`]).
+//!
 //! **Operator state.** Non-keyed state, such as a source's read positions, is an
 //! [`OperatorStateSnapshot`] of named byte lists per subtask; on restore,
 //! [`redistribute_operator_state`] deals list state round-robin and gives union state to all.
@@ -86,6 +90,7 @@ pub mod snapshot_format;
 mod snapshot_reader;
 pub mod stable_hash;
 mod state_set;
+pub mod ttl;
 mod value_state;
 
 pub use chain::{Chain, ChainBlob, SharedStateFile};
@@ -112,5 +117,9 @@ pub use stable_hash::{
     combine_stable_hashes, key_group_for_hash, key_group_of, StableHash, DEFAULT_MAX_PARALLELISM,
 };
 pub use state_set::KeyedStateSet;
+pub use ttl::{
+    StateTtlConfig, TtlCompaction, TtlListState, TtlMapState, TtlUpdate, TtlValueState,
+    TtlVisibility,
+};
 pub use value_state::ValueState;
 pub use weir_core::key_group::{subtask_for_key_group, KeyGroupRange};

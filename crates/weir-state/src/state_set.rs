@@ -73,6 +73,16 @@ pub trait KeyedStateSet<K: Key>: Send + 'static {
     #[cfg(feature = "rocksdb")]
     fn use_lsm(&mut self, store: &std::sync::Arc<crate::lsm::LsmStore>) -> Result<(), StateError>;
 
+    /// The processing time (ms since the Unix epoch, on the operator's clock), handed over by
+    /// the runtime before each batch and each snapshot: the time tables with a time to live
+    /// expire their state against (see [`crate::ttl`]). Other tables ignore it.
+    fn advance_time(&mut self, _now_ms: u64) {}
+
+    /// Appends how RocksDB's compactions drop the expired entries of each table with a time to
+    /// live, by table name: the runtime opens the subtask's RocksDB with them.
+    #[cfg(feature = "rocksdb")]
+    fn compaction_filters(&self, _out: &mut Vec<(String, crate::TtlCompaction)>) {}
+
     /// Called by the runtime between batches and before every snapshot. With the RocksDB
     /// backend a table spills its in-memory tier if it is over its budget, and returns a
     /// RocksDB failure met since the last call (reads cannot return one). The heap backend has
@@ -170,6 +180,15 @@ macro_rules! forward_to_table {
         fn maintain(&mut self) -> Result<(), $crate::StateError> {
             $crate::KeyedStateSet::maintain(&mut self.$table)
         }
+
+        fn advance_time(&mut self, now_ms: u64) {
+            $crate::KeyedStateSet::advance_time(&mut self.$table, now_ms)
+        }
+
+        #[cfg(feature = "rocksdb")]
+        fn compaction_filters(&self, out: &mut Vec<(String, $crate::TtlCompaction)>) {
+            $crate::KeyedStateSet::compaction_filters(&self.$table, out)
+        }
     };
 }
 pub(crate) use forward_to_table;
@@ -215,6 +234,13 @@ macro_rules! tuple_state_set {
             fn maintain(&mut self) -> Result<(), StateError> {
                 $(self.$index.maintain()?;)+
                 Ok(())
+            }
+            fn advance_time(&mut self, now_ms: u64) {
+                $(self.$index.advance_time(now_ms);)+
+            }
+            #[cfg(feature = "rocksdb")]
+            fn compaction_filters(&self, out: &mut Vec<(String, crate::TtlCompaction)>) {
+                $(self.$index.compaction_filters(out);)+
             }
         }
     };

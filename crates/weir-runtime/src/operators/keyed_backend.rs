@@ -73,10 +73,16 @@ impl<K: Key> KeyedBackend<K> {
         &mut self,
         state: &mut S,
     ) -> Result<(), TaskError> {
+        state.advance_time(self.processing_time());
         state.maintain()?;
         #[cfg(feature = "rocksdb")]
         self.report_usage();
         Ok(())
+    }
+
+    /// The processing time state with a time to live expires against: the timers' clock.
+    fn processing_time(&self) -> u64 {
+        u64::try_from(self.timers.processing_time()).unwrap_or(0)
     }
 
     /// About once a second, what the subtask's RocksDB uses, into its metrics (RocksDB's
@@ -104,6 +110,7 @@ impl<K: Key> KeyedBackend<K> {
     ) -> Result<OperatorSnapshot, TaskError> {
         // A RocksDB failure met by a read since the last batch fails the task here, before a
         // checkpoint could hold what the read got wrong.
+        state.advance_time(self.processing_time());
         state.maintain()?;
         let mut keyed = Vec::new();
         #[cfg(feature = "rocksdb")]
@@ -344,7 +351,9 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
                 memory_bytes: ctx.state_backend.rocksdb_memory,
             };
             let label = format!("{}-{}", ctx.uid, ctx.index);
-            let store = weir_state::lsm::LsmStore::open(&options, &label, _names)?;
+            let mut ttl = Vec::new();
+            _state.compaction_filters(&mut ttl);
+            let store = weir_state::lsm::LsmStore::open(&options, &label, _names, &ttl)?;
             _state.use_lsm(&store)?;
             Ok(Some(store))
         }

@@ -8,6 +8,7 @@ use crate::error::StateError;
 use crate::frozen_table::FrozenTable;
 use crate::group::{Group, TOMBSTONE_EPOCHS};
 use crate::key::Key;
+use crate::ttl::Expiry;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
@@ -22,6 +23,9 @@ pub(crate) struct FrozenKeyGroups<K, E, C> {
     pub(super) groups: Vec<Option<Arc<Group<K, E>>>>,
     pub(super) last_modified: Vec<u64>,
     pub(super) epoch: u64,
+    /// Full encodes leave out the entries this finds expired (a table with a time to live
+    /// whose full snapshots clean up).
+    pub(super) expiry: Option<Expiry>,
     pub(super) codec: PhantomData<fn() -> C>,
 }
 
@@ -77,11 +81,29 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> FrozenT
     fn encode_key_group(&self, key_group: u32, out: &mut EncodeBuffer) -> Result<(), StateError> {
         let error = |reason: String| self.encode_error(key_group, reason);
         let entries = &self.group(key_group)?.entries;
-        append(&(entries.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
+        let Some(expiry) = self.expiry else {
+            append(&(entries.len() as u64), out.bytes()).map_err(|e| error(e.to_string()))?;
+            for (key, entry) in entries.iter() {
+                encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
+            }
+            return Ok(());
+        };
+        // Each entry is encoded, then taken back if it expired: the count is set once known.
+        let count_at = out.count_placeholder();
+        let mut count = 0;
         for (key, entry) in entries.iter() {
-            encode_entry::<K, E, C>(key, entry, out).map_err(error)?;
+            let start = out.bytes().len();
+            append(key, out.bytes()).map_err(|e| error(format!("key: {e}")))?;
+            let value_at = out.bytes().len();
+            C::encode(entry, out.bytes()).map_err(|e| error(format!("value: {e}")))?;
+            if expiry.is_expired(&out.bytes()[value_at..]) {
+                out.bytes().truncate(start);
+            } else {
+                out.entry_end();
+                count += 1;
+            }
         }
-        Ok(())
+        out.set_count(count_at, count).map_err(error)
     }
 
     fn encode_key_group_delta(

@@ -9,6 +9,7 @@ use crate::encode_buffer::EncodeBuffer;
 use crate::entry_codec::TableKind;
 use crate::error::StateError;
 use crate::frozen_table::FrozenTable;
+use crate::ttl::Expiry;
 use rocksdb::{Direction, IteratorMode, ReadOptions};
 use std::sync::Arc;
 use weir_core::KeyGroupRange;
@@ -30,6 +31,9 @@ pub(crate) struct LsmFrozen {
     range: KeyGroupRange,
     epoch: u64,
     source: Source,
+    /// Entries this finds expired are left out (a table with a time to live whose full
+    /// snapshots clean up).
+    expiry: Option<Expiry>,
 }
 
 impl LsmFrozen {
@@ -48,7 +52,14 @@ impl LsmFrozen {
             range,
             epoch,
             source,
+            expiry: None,
         }
+    }
+
+    /// Leaves out of the encoding the entries `expiry` finds expired.
+    pub(crate) fn with_expiry(mut self, expiry: Option<Expiry>) -> Self {
+        self.expiry = expiry;
+        self
     }
 }
 
@@ -121,6 +132,9 @@ impl FrozenTable for LsmFrozen {
         ) {
             let (key, value) =
                 item.map_err(|e| backend_error(format!("RocksDB read failed: {e}")))?;
+            if self.expiry.is_some_and(|expiry| expiry.is_expired(&value)) {
+                continue;
+            }
             // Both are stored as the snapshot format writes them: the postcard bytes of the key
             // and the entry's encoding.
             out.bytes().extend_from_slice(&key[2..]);

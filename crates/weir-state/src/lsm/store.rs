@@ -4,7 +4,8 @@
 use super::materialize::Materialization;
 use super::native::{LsmSnapshot, Uploads};
 use crate::error::StateError;
-use crate::LsmUsage;
+use crate::{LsmUsage, TtlCompaction};
+use rocksdb::compaction_filter::Decision as CompactionDecision;
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,
     WriteBatch, WriteOptions, DB,
@@ -64,11 +65,13 @@ pub struct LsmStore {
 impl LsmStore {
     /// Makes a fresh database for the tables `tables` (their names) in a new directory under
     /// `options.local_dir`, named after `label` (the operator and subtask, for people looking
-    /// at the disk).
+    /// at the disk). The tables named in `ttl` get a compaction filter dropping their expired
+    /// entries.
     pub fn open(
         options: &LsmOptions,
         label: &str,
         tables: &[String],
+        ttl: &[(String, TtlCompaction)],
     ) -> Result<Arc<LsmStore>, StateError> {
         let memory = options.memory_bytes.max(MIN_MEMORY_BYTES);
         std::fs::create_dir_all(&options.local_dir).map_err(|e| {
@@ -91,9 +94,20 @@ impl LsmStore {
                 ))
             })?;
         let db_options = db_options(memory, tables.len())?;
-        let families = tables
-            .iter()
-            .map(|t| ColumnFamilyDescriptor::new(family_name(t), db_options.clone()));
+        let families = tables.iter().map(|t| {
+            let mut family_options = db_options.clone();
+            if let Some((_, filter)) = ttl.iter().find(|(name, _)| name == t) {
+                let filter = filter.clone();
+                family_options.set_compaction_filter("weir-ttl", move |_level, _key, value| {
+                    if filter.is_expired(value) {
+                        CompactionDecision::Remove
+                    } else {
+                        CompactionDecision::Keep
+                    }
+                });
+            }
+            ColumnFamilyDescriptor::new(family_name(t), family_options)
+        });
         let db = DB::open_cf_descriptors(&db_options, dir.path().join("db"), families)
             .map_err(|e| backend_error(format!("cannot open RocksDB: {e}")))?;
         let mut write_options = WriteOptions::default();

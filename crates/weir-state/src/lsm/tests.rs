@@ -37,7 +37,7 @@ fn store(dir: &tempfile::TempDir, t: &Tables) -> Arc<LsmStore> {
         local_dir: dir.path().to_path_buf(),
         memory_bytes: 0,
     };
-    LsmStore::open(&options, "test/0", &names(t)).unwrap()
+    LsmStore::open(&options, "test/0", &names(t), &[]).unwrap()
 }
 
 fn open(range: KeyGroupRange, store: Option<&Arc<LsmStore>>) -> Tables {

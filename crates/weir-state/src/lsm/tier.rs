@@ -8,6 +8,7 @@ use crate::entry_codec::{append, take, EntryCodec};
 use crate::entry_table::EntryTable;
 use crate::error::StateError;
 use crate::key::{CurrentKey, Key};
+use crate::ttl::Expiry;
 use elsa::{FrozenMap, FrozenVec};
 use hashbrown::HashMap;
 use rocksdb::{IteratorMode, WriteBatch};
@@ -251,7 +252,7 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
     }
 
     /// The synchronous snapshot: the dirty keys become the snapshot's frozen set.
-    pub(crate) fn freeze(&mut self) -> LsmFrozen {
+    pub(crate) fn freeze(&mut self, expiry: Option<Expiry>) -> LsmFrozen {
         let round = self
             .store
             .current_snapshot()
@@ -271,7 +272,8 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
             self.range,
             self.epoch,
             Source::Snapshot(round),
-        );
+        )
+        .with_expiry(expiry);
         self.epoch += 1;
         frozen
     }

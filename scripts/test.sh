@@ -122,7 +122,7 @@ echo "scripts/test.sh: the keyed state tests again, with state.backend.type rock
 export WEIR_STATE_BACKEND_TYPE=rocksdb
 # Each property case opens RocksDB databases (up to 64 for a rescaling case): fewer cases.
 PROPTEST_CASES=16 cargo test --workspace "${features[@]}" \
-  --test keyed_state_properties --test timers --test nexmark_queries \
+  --test keyed_state_properties --test timers --test state_ttl --test nexmark_queries \
   --test checkpoint_rules --test idle_sources --test joins --test savepoints \
   --test stop_drain --test watermark_alignment --test windows "$@"
 cargo test --workspace "${features[@]}" --test e2e "$@" -- \

@@ -90,5 +90,8 @@ pub mod prelude {
     };
     pub use weir_runtime::timer_service::{TimeDomain, Timer, TimerContext};
     pub use weir_runtime::{OperatorContext, Output, SourceFunction, SourceStatus, TaskError};
-    pub use weir_state::{CurrentKey, Key, ListState, MapState, StableHash, Value, ValueState};
+    pub use weir_state::{
+        CurrentKey, Key, KeyedStateSet, ListState, MapState, StableHash, StateTtlConfig,
+        TtlListState, TtlMapState, TtlValueState, Value, ValueState,
+    };
 }

@@ -43,6 +43,11 @@ pub struct WordcountArgs {
     /// exactly-once (two-phase commit) or at-least-once (duplicates after failures).
     #[arg(long, value_name = "MODE", default_value = "exactly-once", value_parser = ["exactly-once", "at-least-once"])]
     pub sink_mode: String,
+    /// A word's count expires this long (e.g. 1h) after the word was last seen, and starts over
+    /// (state time-to-live). Its state is then of another kind: a savepoint taken with the
+    /// flag restores only with it, and one taken without only without it.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub state_ttl: Option<Duration>,
 }
 
 /// Keeps a running count per word; emits `(word, count)` for every occurrence.
@@ -54,6 +59,32 @@ impl KeyedProcessFunction<String, String, (String, u64)> for WordCount {
 
     fn state(&self) -> Self::State {
         ValueState::new("count")
+    }
+
+    fn process(
+        &mut self,
+        key: &CurrentKey<'_, String>,
+        word: String,
+        counts: &mut Self::State,
+        out: &mut Output<(String, u64)>,
+    ) -> Result<(), TaskError> {
+        let count = counts.get_or_insert_with(key, || 0);
+        *count += 1;
+        let n = *count;
+        out.emit((word, n));
+        Ok(())
+    }
+}
+
+/// [`WordCount`] whose counts expire `.0` after the word was last seen (`--state-ttl`).
+#[derive(Clone)]
+struct ExpiringWordCount(Duration);
+
+impl KeyedProcessFunction<String, String, (String, u64)> for ExpiringWordCount {
+    type State = TtlValueState<String, u64>;
+
+    fn state(&self) -> Self::State {
+        TtlValueState::new("count", StateTtlConfig::new(self.0))
     }
 
     fn process(
@@ -119,18 +150,22 @@ pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError>
     let format = Arc::new(|(word, count): &(String, u64), line: &mut Vec<u8>| {
         let _ = write!(line, "{word}\t{count}");
     });
-    env.source("lines", source)
+    let words = env
+        .source("lines", source)
         .flat_map("words", |line: String| {
             line.split_whitespace()
                 .map(str::to_string)
                 .collect::<Vec<_>>()
         })
-        .key_by(|word: &String| word.clone())
-        .process("counts", WordCount)
-        .sink(
-            "output",
-            CommittingFileSink::new(&args.output, format, mode),
-        );
+        .key_by(|word: &String| word.clone());
+    let counts = match args.state_ttl {
+        None => words.process("counts", WordCount),
+        Some(ttl) => words.process("counts", ExpiringWordCount(ttl)),
+    };
+    counts.sink(
+        "output",
+        CommittingFileSink::new(&args.output, format, mode),
+    );
     let graph = env.build()?;
     Ok(Wordcount {
         graph,

@@ -34,21 +34,48 @@ pub struct KeyedCountArgs {
     /// GROUP BY does) instead of once per key at the end of the input.
     #[arg(long)]
     pub emit_updates: bool,
+    /// Each key's count and sum expires this long after its last update (state time-to-live,
+    /// cleaned up incrementally on the heap and by compactions in RocksDB): an expired key
+    /// starts over from zero.
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration_arg)]
+    pub state_ttl: Option<std::time::Duration>,
+    /// Generate at most this many records per second per source subtask.
+    #[arg(long, value_name = "RECORDS")]
+    pub rate: Option<u64>,
     #[command(flatten)]
     pub run: RunArgs,
 }
 
-/// Count and sum per key.
+/// Count and sum per key, in `S`: a [`ValueState`], or a [`TtlValueState`] with `--state-ttl`.
 #[derive(Clone)]
-struct CountAndSum {
+struct CountAndSum<S> {
     emit_updates: bool,
+    state: S,
 }
 
-impl KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum {
-    type State = ValueState<u64, (u64, u64)>;
+/// The keyed state of [`CountAndSum`].
+trait Counts: KeyedStateSet<u64> {
+    fn get_or_insert_with(
+        &mut self,
+        key: &CurrentKey<'_, u64>,
+        default: impl FnOnce() -> (u64, u64),
+    ) -> &mut (u64, u64);
+    fn get(&mut self, key: &CurrentKey<'_, u64>) -> Option<&(u64, u64)>;
+}
+
+/// The state as declared, cloned for each subtask.
+#[derive(Clone)]
+struct Plain;
+
+/// The state with a time to live.
+#[derive(Clone)]
+struct Expiring(std::time::Duration);
+
+impl<S: StateOf> KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum<S> {
+    type State = S::State;
 
     fn state(&self) -> Self::State {
-        ValueState::new("count-and-sum")
+        self.state.make()
     }
 
     #[inline]
@@ -90,6 +117,54 @@ impl KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum {
     }
 }
 
+/// Which state [`CountAndSum`] keeps its counts in.
+trait StateOf: Clone + Send + Sync + 'static {
+    type State: Counts;
+    fn make(&self) -> Self::State;
+}
+
+impl StateOf for Plain {
+    type State = ValueState<u64, (u64, u64)>;
+    fn make(&self) -> Self::State {
+        ValueState::new("count-and-sum")
+    }
+}
+
+impl StateOf for Expiring {
+    type State = TtlValueState<u64, (u64, u64)>;
+    fn make(&self) -> Self::State {
+        TtlValueState::new("count-and-sum", StateTtlConfig::new(self.0))
+    }
+}
+
+impl Counts for ValueState<u64, (u64, u64)> {
+    #[inline]
+    fn get_or_insert_with(
+        &mut self,
+        key: &CurrentKey<'_, u64>,
+        default: impl FnOnce() -> (u64, u64),
+    ) -> &mut (u64, u64) {
+        ValueState::get_or_insert_with(self, key, default)
+    }
+    fn get(&mut self, key: &CurrentKey<'_, u64>) -> Option<&(u64, u64)> {
+        ValueState::get(self, key)
+    }
+}
+
+impl Counts for TtlValueState<u64, (u64, u64)> {
+    #[inline]
+    fn get_or_insert_with(
+        &mut self,
+        key: &CurrentKey<'_, u64>,
+        default: impl FnOnce() -> (u64, u64),
+    ) -> &mut (u64, u64) {
+        TtlValueState::get_or_insert_with(self, key, default)
+    }
+    fn get(&mut self, key: &CurrentKey<'_, u64>) -> Option<&(u64, u64)> {
+        TtlValueState::get(self, key)
+    }
+}
+
 /// The job's graph, and the sink that counts its results (in the process that runs it).
 pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> {
     if args.keys == 0 || (args.records == 0 && args.run.duration.is_none()) {
@@ -102,20 +177,33 @@ pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> 
     let p = args.run.parallelism;
     env.set_parallelism(p);
     let mut generator = EventGenerator::new(7, args.keys);
+    if let Some(rate) = args.rate {
+        generator = generator.with_rate(rate);
+    }
     if args.run.duration.is_none() {
         // Each source subtask generates its share; the first ones take the remainder.
         generator = generator.with_limit(args.records.div_ceil(p as u64));
     }
     let sink = CountingSink::default();
-    env.source("records", generator)
-        .key_by(|e: &Event| e.user)
-        .process(
+    let keyed = env.source("records", generator).key_by(|e: &Event| e.user);
+    let emit_updates = args.emit_updates;
+    let counted = match args.state_ttl {
+        None => keyed.process(
             "count-and-sum",
             CountAndSum {
-                emit_updates: args.emit_updates,
+                emit_updates,
+                state: Plain,
             },
-        )
-        .sink("sink", sink.clone());
+        ),
+        Some(ttl) => keyed.process(
+            "count-and-sum",
+            CountAndSum {
+                emit_updates,
+                state: Expiring(ttl),
+            },
+        ),
+    };
+    counted.sink("sink", sink.clone());
     Ok((env.build()?, sink))
 }
 
@@ -150,8 +238,10 @@ pub fn run_on(
     let records = summary.records;
     let results = sink.0.load(Ordering::Relaxed);
     let extra = format!(
-        "\"keys\":{},\"emit_updates\":{},\"results\":{results},",
-        args.keys, args.emit_updates
+        "\"keys\":{},\"emit_updates\":{},\"state_ttl_ms\":{},\"results\":{results},",
+        args.keys,
+        args.emit_updates,
+        args.state_ttl.map_or(0, |t| t.as_millis())
     );
     if args.run.json {
         println!(

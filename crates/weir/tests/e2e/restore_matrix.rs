@@ -40,7 +40,8 @@ pub enum Start {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Job {
-    /// File source, keyed running count, two-phase-commit file sink.
+    /// File source, keyed running count (in state with a time to live), two-phase-commit file
+    /// sink.
     Wordcount,
     /// Generator with watermarks, keyed tumbling event-time windows (timers), file sink.
     SpendWindows,
@@ -147,6 +148,10 @@ impl Run {
             Job::Wordcount => {
                 args.push("--input".into());
                 args.push(self.input.as_ref().unwrap().display().to_string());
+                // The counts in state with a time to live (a day: none expires in a case, so
+                // the output is checked as without), so that its tables take every path too.
+                args.push("--state-ttl".into());
+                args.push("1d".into());
             }
             Job::SpendWindows => {
                 let per_split = PURCHASES / self.case.from as u64;

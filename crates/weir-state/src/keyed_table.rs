@@ -25,11 +25,11 @@
 use crate::entry_codec::{take, take_len, EntryCodec};
 use crate::entry_table::{EntryTable, Found};
 use crate::error::StateError;
+use crate::expiry::{Expiry, Verdict};
 use crate::group::{Base, Group};
 use crate::key::{CurrentKey, Key};
 use crate::snapshot_reader::KeyedSnapshotReader;
 use crate::stable_hash::key_group_of;
-use crate::ttl::{Expiry, Verdict};
 use hashbrown::hash_map::RawEntryMut;
 use std::marker::PhantomData;
 use std::sync::Arc;

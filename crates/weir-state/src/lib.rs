@@ -73,6 +73,7 @@ mod entry_codec;
 mod entry_table;
 mod envelope;
 mod error;
+mod expiry;
 mod frozen_table;
 mod group;
 pub mod incremental;
@@ -98,6 +99,7 @@ pub use encode_buffer::EncodeBuffer;
 pub use entry_codec::append as append_postcard;
 pub use entry_codec::TableKind;
 pub use error::StateError;
+pub use expiry::TtlCompaction;
 pub use frozen_table::FrozenTable;
 pub use group::TOMBSTONE_EPOCHS;
 pub use incremental::{GroupPlan, IncrementalBase, KeyedSnapshotPlan, TablePlan};
@@ -117,9 +119,6 @@ pub use stable_hash::{
     combine_stable_hashes, key_group_for_hash, key_group_of, StableHash, DEFAULT_MAX_PARALLELISM,
 };
 pub use state_set::KeyedStateSet;
-pub use ttl::{
-    StateTtlConfig, TtlCompaction, TtlListState, TtlMapState, TtlUpdate, TtlValueState,
-    TtlVisibility,
-};
+pub use ttl::{StateTtlConfig, TtlListState, TtlMapState, TtlUpdate, TtlValueState, TtlVisibility};
 pub use value_state::ValueState;
 pub use weir_core::key_group::{subtask_for_key_group, KeyGroupRange};

@@ -75,13 +75,13 @@ pub trait KeyedStateSet<K: Key>: Send + 'static {
 
     /// The processing time (ms since the Unix epoch, on the operator's clock), handed over by
     /// the runtime before each batch and each snapshot: the time tables with a time to live
-    /// expire their state against (see [`crate::ttl`]). Other tables ignore it.
+    /// expire their state against (`TtlValueState` and the others). Other tables ignore it.
     fn advance_time(&mut self, _now_ms: u64) {}
 
     /// Appends how RocksDB's compactions drop the expired entries of each table with a time to
     /// live, by table name: the runtime opens the subtask's RocksDB with them.
     #[cfg(feature = "rocksdb")]
-    fn compaction_filters(&self, _out: &mut Vec<(String, crate::TtlCompaction)>) {}
+    fn compaction_filters(&self, _out: &mut Vec<(String, crate::expiry::TtlCompaction)>) {}
 
     /// Called by the runtime between batches and before every snapshot. With the RocksDB
     /// backend a table spills its in-memory tier if it is over its budget, and returns a
@@ -239,7 +239,7 @@ macro_rules! tuple_state_set {
                 $(self.$index.advance_time(now_ms);)+
             }
             #[cfg(feature = "rocksdb")]
-            fn compaction_filters(&self, out: &mut Vec<(String, crate::TtlCompaction)>) {
+            fn compaction_filters(&self, out: &mut Vec<(String, crate::expiry::TtlCompaction)>) {
                 $(self.$index.compaction_filters(out);)+
             }
         }

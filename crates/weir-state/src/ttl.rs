@@ -41,6 +41,9 @@
 
 use crate::entry_codec::{EntryCodec, ListCodec, MapCodec, TableKind, ValueCodec};
 use crate::error::StateError;
+#[cfg(feature = "rocksdb")]
+use crate::expiry::TtlCompaction;
+use crate::expiry::{expiry_limit, stamp_expired, Expiry, Verdict};
 use crate::frozen_table::FrozenTable;
 use crate::key::{CurrentKey, Key, Value};
 use crate::keyed_table::{KeyGroupedMap, PurgeCursor};
@@ -218,70 +221,6 @@ impl<V> Stamped<V> {
     fn touch(&mut self, now: u64) {
         self.stamp = now.to_le_bytes();
     }
-}
-
-/// The first moment not expired: a value stamped before it expired (its stamp plus `ttl` is at
-/// most `now`).
-fn expiry_limit(now: u64, ttl_ms: u64) -> u64 {
-    now.saturating_add(1).saturating_sub(ttl_ms)
-}
-
-/// Whether an encoded stamped value (its first eight bytes the stamp) expired. Bytes too short
-/// to hold a stamp are not ours to judge: kept.
-fn stamp_expired(bytes: &[u8], limit: u64) -> bool {
-    match bytes.first_chunk::<8>() {
-        Some(stamp) => u64::from_le_bytes(*stamp) < limit,
-        None => false,
-    }
-}
-
-/// A test over the encoded entries of a table, with the limit of the moment it is for: a full
-/// snapshot leaves out the entries it finds expired.
-#[derive(Clone, Copy)]
-pub(crate) struct Expiry {
-    expired: fn(&[u8], u64) -> bool,
-    limit: u64,
-}
-
-impl Expiry {
-    pub(crate) fn is_expired(&self, entry: &[u8]) -> bool {
-        (self.expired)(entry, self.limit)
-    }
-}
-
-/// How RocksDB's compactions of a table with a TTL find expired entries: the table's test over
-/// encoded entries, with the time the task last handed its state.
-#[derive(Clone)]
-pub struct TtlCompaction {
-    ttl_ms: u64,
-    now: Arc<AtomicU64>,
-    expired: fn(&[u8], u64) -> bool,
-}
-
-impl TtlCompaction {
-    /// Whether the encoded entry `entry` expired as of the task's last time.
-    pub fn is_expired(&self, entry: &[u8]) -> bool {
-        let now = self.now.load(Ordering::Relaxed);
-        (self.expired)(entry, expiry_limit(now, self.ttl_ms))
-    }
-}
-
-impl fmt::Debug for TtlCompaction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TtlCompaction")
-            .field("ttl_ms", &self.ttl_ms)
-            .field("now", &self.now.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-/// What expiry leaves of an entry.
-pub(crate) enum Verdict {
-    Keep,
-    /// Some parts expired: [`TtlCodec::drop_expired`] removes them.
-    Trim,
-    /// Every part expired.
-    Remove,
 }
 
 /// The codec of a kind of table with a TTL, and how its entries expire.
@@ -475,10 +414,11 @@ impl<K: Key, C: TtlCodec> KeyedStateSet<K> for TtlTable<K, C::Entry, C> {
     }
 
     fn snapshot(&mut self, out: &mut Vec<Box<dyn FrozenTable>>) {
-        let expiry = self.clock.config.full_snapshot.then(|| Expiry {
-            expired: C::all_expired,
-            limit: self.clock.limit(),
-        });
+        let expiry = self
+            .clock
+            .config
+            .full_snapshot
+            .then(|| Expiry::new(C::all_expired, self.clock.limit()));
         self.table.snapshot_with_expiry(out, expiry);
     }
 
@@ -504,11 +444,11 @@ impl<K: Key, C: TtlCodec> KeyedStateSet<K> for TtlTable<K, C::Entry, C> {
         if self.clock.config.compaction_filter {
             out.push((
                 self.table.name().to_string(),
-                TtlCompaction {
-                    ttl_ms: self.clock.ttl_ms,
-                    now: self.clock.shared_now.clone(),
-                    expired: C::all_expired,
-                },
+                TtlCompaction::new(
+                    self.clock.ttl_ms,
+                    self.clock.shared_now.clone(),
+                    C::all_expired,
+                ),
             ));
         }
     }

@@ -68,12 +68,16 @@ impl KeyedProcessFunction<String, String, (String, u64)> for WordCount {
         counts: &mut Self::State,
         out: &mut Output<(String, u64)>,
     ) -> Result<(), TaskError> {
-        let count = counts.get_or_insert_with(key, || 0);
-        *count += 1;
-        let n = *count;
-        out.emit((word, n));
+        emit_count(counts.get_or_insert_with(key, || 0), word, out);
         Ok(())
     }
+}
+
+/// Counts one more `word` and emits its count.
+#[inline]
+fn emit_count(count: &mut u64, word: String, out: &mut Output<(String, u64)>) {
+    *count += 1;
+    out.emit((word, *count));
 }
 
 /// [`WordCount`] whose counts expire `.0` after the word was last seen (`--state-ttl`).
@@ -94,10 +98,7 @@ impl KeyedProcessFunction<String, String, (String, u64)> for ExpiringWordCount {
         counts: &mut Self::State,
         out: &mut Output<(String, u64)>,
     ) -> Result<(), TaskError> {
-        let count = counts.get_or_insert_with(key, || 0);
-        *count += 1;
-        let n = *count;
-        out.emit((word, n));
+        emit_count(counts.get_or_insert_with(key, || 0), word, out);
         Ok(())
     }
 }

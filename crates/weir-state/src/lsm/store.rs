@@ -4,7 +4,8 @@
 use super::materialize::Materialization;
 use super::native::{LsmSnapshot, Uploads};
 use crate::error::StateError;
-use crate::{LsmUsage, TtlCompaction};
+use crate::expiry::TtlCompaction;
+use crate::LsmUsage;
 use rocksdb::compaction_filter::Decision as CompactionDecision;
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,

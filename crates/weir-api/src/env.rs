@@ -1,14 +1,11 @@
-//! The stream environment: the job under construction and its settings.
+//! The stream environment: the job under construction and its settings. The streams it starts
+//! (`StreamEnv::source`) are made in the `stream` module, which builds on it.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use weir_core::config::{Config, ConfigError};
-use weir_core::Data;
 use weir_runtime::graph::{Edge, JobGraph, Node, NodeFactory, NodeRole};
-use weir_runtime::operator::SourceFunction;
 use weir_runtime::JobError;
-
-use crate::stream::DataStream;
 
 pub(crate) struct Builder {
     pub name: String,
@@ -66,21 +63,6 @@ impl StreamEnv {
     pub fn set_max_parallelism(&self, max_parallelism: u32) -> &Self {
         self.inner.borrow_mut().max_parallelism = max_parallelism;
         self
-    }
-
-    /// Adds a parallel source. `name` is also its uid unless `.uid()` says otherwise.
-    pub fn source<T, S>(&self, name: &str, source: S) -> DataStream<T>
-    where
-        T: Data,
-        S: SourceFunction<T> + Clone + Send,
-    {
-        let node = self.add_node(
-            name,
-            NodeRole::Source,
-            false,
-            weir_runtime::graph::source_factory(source),
-        );
-        DataStream::new(self.clone(), vec![node])
     }
 
     pub(crate) fn add_node(

@@ -8,6 +8,7 @@ use weir_runtime::graph::{
     direct_channels, keyed_writers, left_channels, one_input_factory, plain_writers,
     right_channels, ChannelFactory, Edge, NodeRole, WriterFactory,
 };
+use weir_runtime::operator::SourceFunction;
 use weir_runtime::operators::{
     CoProcessFunction, CoProcessOperator, FilterOperator, FlatMapOperator, KeyedCoProcessFunction,
     KeyedCoProcessOperator, KeyedProcessFunction, KeyedProcessOperator, MapOperator, SinkFunction,
@@ -18,6 +19,23 @@ use weir_state::{Key, Value};
 
 use crate::aggregate::{Count, Reduce, Sum};
 use crate::env::StreamEnv;
+
+impl StreamEnv {
+    /// Adds a parallel source. `name` is also its uid unless `.uid()` says otherwise.
+    pub fn source<T, S>(&self, name: &str, source: S) -> DataStream<T>
+    where
+        T: Data,
+        S: SourceFunction<T> + Clone + Send,
+    {
+        let node = self.add_node(
+            name,
+            NodeRole::Source,
+            false,
+            weir_runtime::graph::source_factory(source),
+        );
+        DataStream::new(self.clone(), vec![node])
+    }
+}
 
 /// Turns the writers of an edge for this stream's records into writers for what its node
 /// really emits (the main or side half of an operator with a side output).

@@ -60,6 +60,10 @@ pub struct RunArgs {
     /// same flags alternates in opposite step (see benchmarks/checkpoint-cost.sh).
     #[arg(long, requires = "alternate")]
     pub alternate_on_first: bool,
+    /// Write every checkpoint in full (`execution.checkpointing.incremental: false`): each
+    /// checkpoint's size is then the state's.
+    #[arg(long)]
+    pub full_checkpoints: bool,
     /// Where keyed state lives: `hashmap` or `rocksdb` (`state.backend.type`).
     #[arg(long, value_name = "TYPE", default_value = "hashmap")]
     pub state_backend: String,
@@ -120,6 +124,7 @@ pub fn execution_config(run: &RunArgs, dir: PathBuf) -> Result<ExecutionConfig, 
                 .0
                 .filter(|_| run.alternate.is_none()),
             dir,
+            incremental: !run.full_checkpoints,
             ..CheckpointConfig::default()
         },
         start: if run.resume {

@@ -193,7 +193,13 @@ pub fn deploy(
     let restore_start = Instant::now();
     let alignment = crate::alignment::AlignmentGroups::default();
     let mut restored_states = match restore {
-        Some(r) => read_states(graph, r, &is_local, &config.state_backend.rocksdb_local_dir)?,
+        Some(r) => read_states(
+            graph,
+            r,
+            &is_local,
+            &config.state_backend.rocksdb_local_dir,
+            config.state_backend.kind == weir_core::config::StateBackendKind::RocksDb,
+        )?,
         None => Vec::new(),
     }
     .into_iter();

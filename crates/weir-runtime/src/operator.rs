@@ -65,6 +65,11 @@ pub type LsmSnapshot = std::convert::Infallible;
 pub struct RestoredState {
     pub keyed: Option<KeyedSnapshotReader>,
     pub operator: Option<OperatorStateSnapshot>,
+    /// With the RocksDB backend at the parallelism of the snapshot: the subtask's database,
+    /// fetched to be opened in place (its keyed state is then not in `keyed`, which holds the
+    /// timers). Taken by the keyed operator that opens it.
+    #[cfg(feature = "rocksdb")]
+    pub native: std::sync::Mutex<Option<weir_state::lsm::NativeState>>,
 }
 
 /// What a source's poll produced.

@@ -123,6 +123,7 @@ fn a_key_not_updated_for_its_ttl_starts_over_before_and_after_a_restore() {
             RestoredState {
                 keyed: Some(KeyedSnapshotReader::decode(&bytes).unwrap()),
                 operator: None,
+                ..Default::default()
             },
         )
         .unwrap();

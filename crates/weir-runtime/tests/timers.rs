@@ -163,6 +163,7 @@ fn a_restored_operator_fires_exactly_the_timers_that_had_not_fired_at_its_snapsh
             RestoredState {
                 keyed: Some(reader),
                 operator: None,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -326,7 +326,7 @@ fn open_state<K: Key, S: KeyedStateSet<K>>(
         )));
     }
     state.init(ctx.max_parallelism, ctx.key_groups);
-    let lsm = use_backend(&mut state, &names, ctx)?;
+    let lsm = use_backend(&mut state, &names, ctx, restored)?;
     if let Some(reader) = &restored.keyed {
         state.restore(reader)?;
     }
@@ -338,6 +338,7 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
     _state: &mut S,
     _names: &[String],
     ctx: &OperatorContext,
+    _restored: &RestoredState,
 ) -> Result<Lsm, TaskError> {
     match ctx.state_backend.kind {
         StateBackendKind::HashMap => Ok(None),
@@ -353,7 +354,27 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
             let label = format!("{}-{}", ctx.uid, ctx.index);
             let mut ttl = Vec::new();
             _state.compaction_filters(&mut ttl);
-            let store = weir_state::lsm::LsmStore::open(&options, &label, _names, &ttl)?;
+            // The database restored in place, if the restore fetched one for this subtask.
+            let native = _restored
+                .native
+                .lock()
+                .map_or(None, |mut native| native.take());
+            if let Some(native) = &native {
+                if native.key_groups() != ctx.key_groups
+                    || native.max_parallelism() != ctx.max_parallelism
+                {
+                    return Err(TaskError::user(format!(
+                        "operator '{}' subtask {}: the RocksDB database restored for key groups {} of {} is not this subtask's, key groups {} of {}",
+                        ctx.uid,
+                        ctx.index,
+                        native.key_groups(),
+                        native.max_parallelism(),
+                        ctx.key_groups,
+                        ctx.max_parallelism
+                    )));
+                }
+            }
+            let store = weir_state::lsm::LsmStore::open(&options, &label, _names, &ttl, native)?;
             _state.use_lsm(&store)?;
             Ok(Some(store))
         }

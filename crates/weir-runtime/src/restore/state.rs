@@ -30,7 +30,11 @@ use crate::restore::Restore;
 // mode the user may delete it as soon as the first checkpoint completed, in claim mode Weir
 // deletes it then.
 ///
-/// RocksDB table files are fetched into a directory under `scratch` to be read.
+/// RocksDB table files are fetched into a directory under `scratch` to be read; with
+/// `in_place` (the job's backend is RocksDB; the job's number of key groups), the database of
+/// an old subtask with exactly the same key groups is fetched there to be opened in place (see
+/// [`RestoredState::native`]).
+#[allow(clippy::too_many_arguments)]
 pub fn subtask_state(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
@@ -39,9 +43,16 @@ pub fn subtask_state(
     key_groups: KeyGroupRange,
     owned: bool,
     scratch: &Path,
+    in_place: Option<u32>,
 ) -> Result<RestoredState, JobError> {
     let id = node.id();
-    let mut keyed = read_keyed_state_in(storage, metadata, id, key_groups, scratch)?;
+    let mut native = None;
+    let target = in_place.map(|max_parallelism| InPlace {
+        owned,
+        max_parallelism,
+        slot: &mut native,
+    });
+    let mut keyed = read_keyed(storage, metadata, id, key_groups, scratch, target)?;
     if !owned {
         if let Some(reader) = &mut keyed {
             reader.detach_from_shared_files();
@@ -70,8 +81,29 @@ pub fn subtask_state(
     } else {
         None
     };
-    Ok(RestoredState { keyed, operator })
+    #[cfg(not(feature = "rocksdb"))]
+    let _: Option<std::convert::Infallible> = native;
+    Ok(RestoredState {
+        keyed,
+        operator,
+        #[cfg(feature = "rocksdb")]
+        native: std::sync::Mutex::new(native),
+    })
 }
+
+/// Where a subtask's RocksDB database restored in place goes (see [`subtask_state`]).
+struct InPlace<'a> {
+    owned: bool,
+    max_parallelism: u32,
+    slot: &'a mut Option<NativeState>,
+}
+
+/// A database restored in place: with the RocksDB backend, its fetched files.
+#[cfg(feature = "rocksdb")]
+type NativeState = weir_state::lsm::NativeState;
+/// Without the `rocksdb` feature there is never one.
+#[cfg(not(feature = "rocksdb"))]
+type NativeState = std::convert::Infallible;
 
 /// The keyed state of operator `operator` for the key groups `key_groups` in checkpoint
 /// `metadata`, merged from every old subtask whose range overlaps them: from full snapshots,
@@ -101,6 +133,19 @@ pub fn read_keyed_state_in(
     key_groups: KeyGroupRange,
     scratch: &Path,
 ) -> Result<Option<KeyedSnapshotReader>, JobError> {
+    read_keyed(storage, metadata, operator, key_groups, scratch, None)
+}
+
+/// [`read_keyed_state_in`]; with `in_place`, a RocksDB manifest of exactly `key_groups` is
+/// fetched to be opened in place (into `in_place.slot`) rather than read out.
+fn read_keyed(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    operator: OperatorId,
+    key_groups: KeyGroupRange,
+    scratch: &Path,
+    mut in_place: Option<InPlace<'_>>,
+) -> Result<Option<KeyedSnapshotReader>, JobError> {
     let checkpoint = metadata.checkpoint.id;
     let mut keyed = Vec::new();
     for state in subtask_states(metadata, operator) {
@@ -125,6 +170,23 @@ pub fn read_keyed_state_in(
                         manifest.reader(key_groups, files).map_err(unusable)?
                     } else if is_lsm_manifest(&bytes) {
                         let manifest = LsmManifest::decode(&bytes).map_err(unusable)?;
+                        if let Some(target) = in_place.as_mut().filter(|t| {
+                            manifest.key_groups == key_groups
+                                && manifest.max_parallelism == t.max_parallelism
+                        }) {
+                            *target.slot = Some(
+                                fetch_lsm(
+                                    storage,
+                                    metadata,
+                                    &manifest,
+                                    state,
+                                    target.owned,
+                                    scratch,
+                                )
+                                .map_err(unusable)?,
+                            );
+                            continue;
+                        }
                         read_lsm(storage, metadata, &manifest, state, key_groups, scratch)
                             .map_err(unusable)?
                     } else {
@@ -212,6 +274,42 @@ fn read_lsm(
     weir_state::lsm::read_native(manifest, range, scratch, &mut fetch)
 }
 
+/// The files of the native RocksDB snapshot `manifest`, fetched (and verified) into a
+/// directory under `scratch` to be opened in place.
+#[cfg(feature = "rocksdb")]
+fn fetch_lsm(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    manifest: &LsmManifest,
+    state: &SubtaskState,
+    owned: bool,
+    scratch: &Path,
+) -> Result<NativeState, weir_state::StateError> {
+    let mut fetch = |file: &weir_state::LsmFile| {
+        let handle = shared_handle(state, &file.file);
+        storage
+            .read_state_file(&handle)
+            .map_err(|e| located(storage, metadata, e).to_string())
+    };
+    let checkpoint = metadata.checkpoint.id.0;
+    weir_state::lsm::fetch_native(manifest, checkpoint, owned, scratch, &mut fetch)
+}
+
+/// Without the RocksDB backend nothing is restored in place (the caller never asks).
+#[cfg(not(feature = "rocksdb"))]
+fn fetch_lsm(
+    _storage: &CheckpointStorage,
+    _metadata: &CheckpointMetadata,
+    _manifest: &LsmManifest,
+    _state: &SubtaskState,
+    _owned: bool,
+    _scratch: &Path,
+) -> Result<NativeState, weir_state::StateError> {
+    Err(weir_state::StateError::Backend(
+        "this build of Weir has no RocksDB state backend".into(),
+    ))
+}
+
 /// Without the RocksDB backend, a native RocksDB snapshot cannot be read.
 #[cfg(not(feature = "rocksdb"))]
 fn read_lsm(
@@ -282,7 +380,9 @@ pub(crate) fn read_states(
     restore: Restore<'_>,
     is_local: &dyn Fn(SubtaskId) -> bool,
     scratch: &Path,
+    in_place: bool,
 ) -> Result<Vec<RestoredState>, JobError> {
+    let in_place = in_place.then_some(graph.max_parallelism);
     let Restore {
         storage,
         metadata,
@@ -305,7 +405,9 @@ pub(crate) fn read_states(
         let owned = savepoint.is_none();
         (
             i,
-            subtask_state(storage, metadata, node, index, key_groups, owned, scratch),
+            subtask_state(
+                storage, metadata, node, index, key_groups, owned, scratch, in_place,
+            ),
         )
     };
     let mut results: Vec<_> = std::thread::scope(|scope| {

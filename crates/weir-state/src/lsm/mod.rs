@@ -34,8 +34,9 @@
 //! backend writes and reads: a snapshot of either backend restores into the other, at any
 //! parallelism.
 //!
-//! A restore writes the key groups a subtask owns into its fresh RocksDB, one key group at a
-//! time, so restoring needs no more memory than the largest key group.
+//! A restore at the same parallelism from a native (incremental) checkpoint opens the
+//! checkpoint's files in place ([`fetch_native`]); any other restore writes the key groups a
+//! subtask owns into its fresh RocksDB, one key group at a time.
 //!
 //! # Errors
 //!
@@ -52,7 +53,7 @@ mod store;
 pub(crate) mod tier;
 
 pub use native::{LsmFiles, LsmSnapshot, Upload};
-pub use restore::read_native;
+pub use restore::{fetch_native, read_native, NativeState};
 pub use store::{LsmOptions, LsmStore};
 
 #[cfg(test)]

@@ -120,6 +120,13 @@ impl Uploads {
         }
     }
 
+    /// The database was restored in place from the job's own checkpoint `checkpoint`, whose
+    /// table files are uploaded as `files`: that checkpoint is the base.
+    pub(crate) fn seed(&mut self, checkpoint: u64, files: HashMap<String, Arc<SharedStateFile>>) {
+        self.base = files;
+        self.base_checkpoint = Some(checkpoint);
+    }
+
     /// Checkpoint `checkpoint` was aborted: its snapshot no longer constrains others.
     pub(crate) fn abort(&mut self, checkpoint: u64) {
         self.pending.remove(&checkpoint);

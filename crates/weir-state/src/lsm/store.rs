@@ -3,6 +3,8 @@
 
 use super::materialize::Materialization;
 use super::native::{LsmSnapshot, Uploads};
+use super::restore::NativeState;
+use crate::entry_codec::TableKind;
 use crate::error::StateError;
 use crate::expiry::TtlCompaction;
 use crate::LsmUsage;
@@ -52,6 +54,9 @@ pub struct LsmStore {
     memory_budget: u64,
     /// The column families' names.
     families: Vec<String>,
+    /// The tables of a database restored in place, with their kinds: their entries are in
+    /// RocksDB already.
+    restored_tables: Vec<(String, TableKind)>,
     /// What the checkpoints uploaded of the database's table files.
     uploads: Mutex<Uploads>,
     /// The snapshot whose synchronous phase is under way: the tables join it as they freeze.
@@ -68,11 +73,18 @@ impl LsmStore {
     /// `options.local_dir`, named after `label` (the operator and subtask, for people looking
     /// at the disk). The tables named in `ttl` get a compaction filter dropping their expired
     /// entries.
+    ///
+    /// With `restored`, the database is the one restored in place (see [`fetch_native`]): its
+    /// directory moves into the new one and opens as the subtask's database, with a column
+    /// family added for each table it lacks.
+    ///
+    /// [`fetch_native`]: super::fetch_native
     pub fn open(
         options: &LsmOptions,
         label: &str,
         tables: &[String],
         ttl: &[(String, TtlCompaction)],
+        restored: Option<NativeState>,
     ) -> Result<Arc<LsmStore>, StateError> {
         let memory = options.memory_bytes.max(MIN_MEMORY_BYTES);
         std::fs::create_dir_all(&options.local_dir).map_err(|e| {
@@ -94,7 +106,26 @@ impl LsmStore {
                     options.local_dir.display()
                 ))
             })?;
+        let db_path = dir.path().join("db");
+        let mut restored_tables = Vec::new();
+        let mut uploads = Uploads::default();
+        let mut earlier_families = Vec::new();
+        if let Some(restored) = restored {
+            move_dir(restored.dir.path(), &db_path)?;
+            earlier_families = DB::list_cf(&Options::default(), &db_path)
+                .map_err(|e| backend_error(format!("restored RocksDB state is unusable: {e}")))?;
+            restored_tables = restored.tables;
+            if let Some((checkpoint, files)) = restored.uploaded {
+                uploads.seed(checkpoint, files);
+            }
+        }
         let db_options = db_options(memory, tables.len())?;
+        // Families of the restored database that no table declares any more open as they are.
+        let undeclared: Vec<ColumnFamilyDescriptor> = earlier_families
+            .iter()
+            .filter(|f| !tables.iter().any(|t| family_name(t) == **f))
+            .map(|f| ColumnFamilyDescriptor::new(f, db_options.clone()))
+            .collect();
         let families = tables.iter().map(|t| {
             let mut family_options = db_options.clone();
             if let Some((_, filter)) = ttl.iter().find(|(name, _)| name == t) {
@@ -109,7 +140,7 @@ impl LsmStore {
             }
             ColumnFamilyDescriptor::new(family_name(t), family_options)
         });
-        let db = DB::open_cf_descriptors(&db_options, dir.path().join("db"), families)
+        let db = DB::open_cf_descriptors(&db_options, &db_path, families.chain(undeclared))
             .map_err(|e| backend_error(format!("cannot open RocksDB: {e}")))?;
         let mut write_options = WriteOptions::default();
         write_options.disable_wal(true);
@@ -120,7 +151,8 @@ impl LsmStore {
             tier_budget: options.memory_bytes / 4 / tables.len().max(1) as u64,
             memory_budget: memory,
             families: tables.iter().map(|t| family_name(t)).collect(),
-            uploads: Mutex::new(Uploads::default()),
+            restored_tables,
+            uploads: Mutex::new(uploads),
             current: Mutex::new(None),
             last: Mutex::new(Weak::new()),
             next_checkpoint_dir: AtomicU64::new(0),
@@ -237,6 +269,19 @@ impl LsmStore {
         self.uploads.lock().expect("lsm uploads lock")
     }
 
+    /// The kind `table` was written as, if the database was restored in place and holds it.
+    pub(crate) fn restored_kind(&self, table: &str) -> Option<TableKind> {
+        self.restored_tables
+            .iter()
+            .find(|(name, _)| name == table)
+            .map(|(_, kind)| *kind)
+    }
+
+    /// Whether the database was restored in place (its key groups need no restore).
+    pub(crate) fn restored_in_place(&self) -> bool {
+        !self.restored_tables.is_empty()
+    }
+
     /// Whether `table` is one of this database's tables.
     pub(crate) fn holds_table(&self, table: &str) -> bool {
         self.families
@@ -248,6 +293,27 @@ impl LsmStore {
     pub(crate) fn current_snapshot(&self) -> Option<Arc<Materialization>> {
         self.current.lock().expect("lsm store lock").clone()
     }
+}
+
+/// Moves the directory `from` to `to`: a rename, or a copy of its files if they are on
+/// different file systems.
+fn move_dir(from: &Path, to: &Path) -> Result<(), StateError> {
+    if std::fs::rename(from, to).is_ok() {
+        return Ok(());
+    }
+    let error = |e: std::io::Error| {
+        backend_error(format!(
+            "cannot move the restored RocksDB files from {} to {}: {e}",
+            from.display(),
+            to.display()
+        ))
+    };
+    std::fs::create_dir_all(to).map_err(error)?;
+    for entry in std::fs::read_dir(from).map_err(error)? {
+        let entry = entry.map_err(error)?;
+        std::fs::copy(entry.path(), to.join(entry.file_name())).map_err(error)?;
+    }
+    Ok(())
 }
 
 const FAMILY_PREFIX: &str = "weir/";

@@ -2,6 +2,7 @@
 //! spills, snapshots and restores at other parallelisms, into either backend.
 
 use super::*;
+use crate::StateError;
 use crate::{
     encode_keyed_snapshot, CurrentKey, KeyGroupRange, KeyedSnapshotReader, KeyedStateSet,
     ListState, LsmFile, LsmManifest, MapState, SharedStateFile, ValueState,
@@ -37,7 +38,7 @@ fn store(dir: &tempfile::TempDir, t: &Tables) -> Arc<LsmStore> {
         local_dir: dir.path().to_path_buf(),
         memory_bytes: 0,
     };
-    LsmStore::open(&options, "test/0", &names(t), &[]).unwrap()
+    LsmStore::open(&options, "test/0", &names(t), &[], None).unwrap()
 }
 
 fn open(range: KeyGroupRange, store: Option<&Arc<LsmStore>>) -> Tables {
@@ -335,6 +336,84 @@ fn a_native_snapshot_uploads_only_new_table_files_and_restores_into_either_backe
     let mut back = open(all, None);
     back.restore(&storage.read(&second, all)).unwrap();
     assert_eq!(contents(&back), expected);
+}
+
+#[test]
+fn a_native_snapshot_opens_in_place_and_its_uploads_are_reused_only_if_owned() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Uploaded {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let all = KeyGroupRange::new(0, MP);
+    let (s, mut heap, mut lsm) = side_by_side(&dir);
+    for i in 0..10_000 {
+        apply(&mut heap, i);
+        apply(&mut lsm, i);
+    }
+    let (manifest, uploaded, _) = storage.snapshot(&mut lsm, &s, 7);
+    s.complete(7);
+    let expected = contents(&heap);
+    for owned in [true, false] {
+        let mut fetch = |file: &LsmFile| {
+            std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+        };
+        let native = fetch_native(&manifest, 7, owned, dir.path(), &mut fetch).unwrap();
+        assert_eq!(native.key_groups(), all);
+        let t = tables();
+        let options = LsmOptions {
+            local_dir: dir.path().to_path_buf(),
+            memory_bytes: 0,
+        };
+        let restored = LsmStore::open(&options, "test/1", &names(&t), &[], Some(native)).unwrap();
+        let mut back = open(all, Some(&restored));
+        // Nothing to restore from a reader: the database is the restored one.
+        back.restore(&KeyedSnapshotReader::default()).unwrap();
+        assert_eq!(contents(&back), expected);
+        for i in 10_000..10_100 {
+            apply(&mut back, i);
+        }
+        let (_, new, reused) = storage.snapshot(&mut back, &restored, 8);
+        if owned {
+            assert!(
+                reused > 0,
+                "the restored checkpoint's uploads are referenced"
+            );
+            assert!(new < uploaded + 1, "{new} uploaded after the restore");
+        } else {
+            assert_eq!(
+                reused, 0,
+                "a snapshot the job does not own is never referenced"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_table_restored_in_place_as_another_kind_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Uploaded {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let (s, _, mut lsm) = side_by_side(&dir);
+    for i in 0..100 {
+        apply(&mut lsm, i);
+    }
+    let (mut manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
+    manifest.tables[0].1 = crate::TableKind::List;
+    let mut fetch = |file: &LsmFile| {
+        std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+    };
+    let native = fetch_native(&manifest, 1, true, dir.path(), &mut fetch).unwrap();
+    let options = LsmOptions {
+        local_dir: dir.path().to_path_buf(),
+        memory_bytes: 0,
+    };
+    let t = tables();
+    let restored = LsmStore::open(&options, "test/1", &names(&t), &[], Some(native)).unwrap();
+    let mut t = tables();
+    t.init(MP, KeyGroupRange::new(0, MP));
+    let err = t.use_lsm(&restored).unwrap_err();
+    assert!(matches!(err, StateError::KindMismatch { .. }), "{err}");
 }
 
 /// A RocksDB store (in a directory of its own) whose tables took `writes` operations, and a

@@ -71,6 +71,15 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
             )));
         }
         store.family(&name)?;
+        if let Some(found) = store.restored_kind(&name) {
+            if found != C::KIND {
+                return Err(StateError::KindMismatch {
+                    table: name.to_string(),
+                    expected: C::KIND,
+                    found,
+                });
+            }
+        }
         Ok(LsmTier {
             store,
             name,
@@ -361,6 +370,11 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
         &mut self,
         groups: impl Iterator<Item = Result<(u32, EntryTable<K, E>), StateError>>,
     ) -> Result<(), StateError> {
+        if self.store.restored_in_place() {
+            // The database is the restored one: its key groups are in RocksDB already.
+            self.epoch += 1;
+            return Ok(());
+        }
         self.dirty.clear();
         self.frozen.clear();
         self.cache.as_mut().clear();

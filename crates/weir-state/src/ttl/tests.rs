@@ -379,7 +379,7 @@ mod rocksdb {
             local_dir: dir.path().to_path_buf(),
             memory_bytes: 0,
         };
-        let store = LsmStore::open(&options, "ttl/0", &names, &filters).unwrap();
+        let store = LsmStore::open(&options, "ttl/0", &names, &filters, None).unwrap();
         s.use_lsm(&store).unwrap();
         (s, store)
     }

@@ -142,7 +142,8 @@ fn use_rocksdb(t: &mut Tables) {
         local_dir: std::env::temp_dir(),
         memory_bytes: 0,
     };
-    let store = lsm::LsmStore::open(&options, "properties", &names, &[]).expect("open RocksDB");
+    let store =
+        lsm::LsmStore::open(&options, "properties", &names, &[], None).expect("open RocksDB");
     t.use_lsm(&store).expect("tables in RocksDB");
 }
 

@@ -65,9 +65,10 @@ pub type LsmSnapshot = std::convert::Infallible;
 pub struct RestoredState {
     pub keyed: Option<KeyedSnapshotReader>,
     pub operator: Option<OperatorStateSnapshot>,
-    /// With the RocksDB backend at the parallelism of the snapshot: the subtask's database,
-    /// fetched to be opened in place (its keyed state is then not in `keyed`, which holds the
-    /// timers). Taken by the keyed operator that opens it.
+    /// With the RocksDB backend, when one old subtask held every key group this one owns (the
+    /// same parallelism, or more subtasks now): that subtask's database, fetched to be opened in
+    /// place and clipped to this subtask's key groups (its keyed state is then not in `keyed`,
+    /// which holds the timers). Taken by the keyed operator that opens it.
     #[cfg(feature = "rocksdb")]
     pub native: std::sync::Mutex<Option<weir_state::lsm::NativeState>>,
 }

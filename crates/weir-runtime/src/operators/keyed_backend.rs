@@ -359,12 +359,15 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
                 .native
                 .lock()
                 .map_or(None, |mut native| native.take());
+            let held = native.as_ref().map(|n| n.key_groups());
             if let Some(native) = &native {
-                if native.key_groups() != ctx.key_groups
+                let (held, ours) = (native.key_groups(), ctx.key_groups);
+                if held.start > ours.start
+                    || ours.end > held.end
                     || native.max_parallelism() != ctx.max_parallelism
                 {
                     return Err(TaskError::user(format!(
-                        "operator '{}' subtask {}: the RocksDB database restored for key groups {} of {} is not this subtask's, key groups {} of {}",
+                        "operator '{}' subtask {}: the RocksDB database restored for key groups {} of {} does not hold this subtask's, key groups {} of {}",
                         ctx.uid,
                         ctx.index,
                         native.key_groups(),
@@ -375,6 +378,10 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
                 }
             }
             let store = weir_state::lsm::LsmStore::open(&options, &label, _names, &ttl, native)?;
+            if let Some(held) = held.filter(|held| *held != ctx.key_groups) {
+                // Restored from a subtask that held more key groups: keep this one's share.
+                store.clip(held, ctx.key_groups)?;
+            }
             _state.use_lsm(&store)?;
             Ok(Some(store))
         }

@@ -32,8 +32,8 @@ use crate::restore::Restore;
 ///
 /// RocksDB table files are fetched into a directory under `scratch` to be read; with
 /// `in_place` (the job's backend is RocksDB; the job's number of key groups), the database of
-/// an old subtask with exactly the same key groups is fetched there to be opened in place (see
-/// [`RestoredState::native`]).
+/// an old subtask that held every key group this one owns is fetched there to be opened in
+/// place (see [`RestoredState::native`]).
 #[allow(clippy::too_many_arguments)]
 pub fn subtask_state(
     storage: &CheckpointStorage,
@@ -136,8 +136,8 @@ pub fn read_keyed_state_in(
     read_keyed(storage, metadata, operator, key_groups, scratch, None)
 }
 
-/// [`read_keyed_state_in`]; with `in_place`, a RocksDB manifest of exactly `key_groups` is
-/// fetched to be opened in place (into `in_place.slot`) rather than read out.
+/// [`read_keyed_state_in`]; with `in_place`, a RocksDB manifest holding all of `key_groups`
+/// is fetched to be opened in place (into `in_place.slot`) rather than read out.
 fn read_keyed(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
@@ -170,8 +170,11 @@ fn read_keyed(
                         manifest.reader(key_groups, files).map_err(unusable)?
                     } else if is_lsm_manifest(&bytes) {
                         let manifest = LsmManifest::decode(&bytes).map_err(unusable)?;
+                        // One old subtask held every key group this one owns (the same
+                        // parallelism, or more subtasks now): its database opens in place.
                         if let Some(target) = in_place.as_mut().filter(|t| {
-                            manifest.key_groups == key_groups
+                            manifest.key_groups.start <= key_groups.start
+                                && key_groups.end <= manifest.key_groups.end
                                 && manifest.max_parallelism == t.max_parallelism
                         }) {
                             *target.slot = Some(

@@ -4,6 +4,7 @@
 use super::materialize::Materialization;
 use super::native::{LsmSnapshot, Uploads};
 use super::restore::NativeState;
+use super::tier::key_group_prefix;
 use crate::entry_codec::TableKind;
 use crate::error::StateError;
 use crate::expiry::TtlCompaction;
@@ -16,6 +17,7 @@ use rocksdb::{
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use weir_core::KeyGroupRange;
 
 /// Where a subtask's RocksDB goes and how much memory it may use (`state.backend.rocksdb.*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -280,6 +282,29 @@ impl LsmStore {
     /// Whether the database was restored in place (its key groups need no restore).
     pub(crate) fn restored_in_place(&self) -> bool {
         !self.restored_tables.is_empty()
+    }
+
+    /// Drops every entry outside `range` from the tables of a database restored in place that
+    /// held the key groups `held` (a restore to more subtasks: each keeps its share), with
+    /// RocksDB's range deletions — no entry is read.
+    pub fn clip(&self, held: KeyGroupRange, range: KeyGroupRange) -> Result<(), StateError> {
+        let mut batch = WriteBatch::default();
+        for family in &self.families {
+            let Some(cf) = self.db.cf_handle(family) else {
+                continue;
+            };
+            if held.start < range.start {
+                batch.delete_range_cf(
+                    cf,
+                    key_group_prefix(held.start),
+                    key_group_prefix(range.start),
+                );
+            }
+            if range.end < held.end {
+                batch.delete_range_cf(cf, key_group_prefix(range.end), key_group_prefix(held.end));
+            }
+        }
+        self.write(batch)
     }
 
     /// Whether `table` is one of this database's tables.

@@ -389,6 +389,44 @@ fn a_native_snapshot_opens_in_place_and_its_uploads_are_reused_only_if_owned() {
 }
 
 #[test]
+fn a_database_restored_in_place_by_more_subtasks_is_clipped_to_each_ones_key_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Uploaded {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let (s, mut heap, mut lsm) = side_by_side(&dir);
+    for i in 0..10_000 {
+        apply(&mut heap, i);
+        apply(&mut lsm, i);
+    }
+    let (manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
+    let mut merged: Contents = Default::default();
+    for index in 0..3 {
+        let range = KeyGroupRange::for_subtask(MP, 3, index);
+        let mut fetch = |file: &LsmFile| {
+            std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+        };
+        let native = fetch_native(&manifest, 1, true, dir.path(), &mut fetch).unwrap();
+        let held = native.key_groups();
+        let options = LsmOptions {
+            local_dir: dir.path().to_path_buf(),
+            memory_bytes: 0,
+        };
+        let t = tables();
+        let part_store = LsmStore::open(&options, "test/1", &names(&t), &[], Some(native)).unwrap();
+        part_store.clip(held, range).unwrap();
+        let part = open(range, Some(&part_store));
+        let (v, l, m) = contents(&part);
+        let owned = |k: &u64| range.contains(crate::key_group_of(k, MP));
+        assert!(v.keys().all(owned) && l.keys().all(owned) && m.keys().all(|(k, _)| owned(k)));
+        merged.0.extend(v);
+        merged.1.extend(l);
+        merged.2.extend(m);
+    }
+    assert_eq!(merged, contents(&heap));
+}
+
+#[test]
 fn a_table_restored_in_place_as_another_kind_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Uploaded {

@@ -36,6 +36,12 @@ fn main() -> ExitCode {
             return ExitCode::from(e.exit_code() as u8);
         }
     };
+    if matches!(
+        cli.command,
+        cli::Command::Checkpoints(_) | cli::Command::Jobs(_)
+    ) {
+        quiet_on_closed_pipe();
+    }
     init_logging(cli.log_level());
     let result = match cli.command {
         cli::Command::Demo(args) => demo::run(args),
@@ -98,5 +104,17 @@ impl From<weir_runtime::JobError> for CliError {
 impl From<weir_core::ConfigError> for CliError {
     fn from(e: weir_core::ConfigError) -> CliError {
         CliError::usage(e.to_string())
+    }
+}
+
+/// The listing commands end quietly, as other command-line tools do, when what reads their
+/// output stops early (`weir checkpoints list DIR | head`): the default action of SIGPIPE,
+/// which Rust's runtime ignores (so `println!` would panic). Only for those commands: a job's
+/// sockets and pipes must see a closed peer as an error, not end the process.
+fn quiet_on_closed_pipe() {
+    // SAFETY: called once on the main thread before any other thread starts; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

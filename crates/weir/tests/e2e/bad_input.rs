@@ -459,3 +459,22 @@ fn a_task_manager_that_cannot_reach_its_job_manager_says_so_and_exits_1() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_listing_whose_reader_went_away_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    // The pipe's reading end is closed before `weir` writes: its first line finds no reader.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = crate::common::weir()
+        .args(["checkpoints", "list"])
+        .arg(dir.path())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}

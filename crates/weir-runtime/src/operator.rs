@@ -65,10 +65,10 @@ pub type LsmSnapshot = std::convert::Infallible;
 pub struct RestoredState {
     pub keyed: Option<KeyedSnapshotReader>,
     pub operator: Option<OperatorStateSnapshot>,
-    /// With the RocksDB backend, when one old subtask held every key group this one owns (the
-    /// same parallelism, or more subtasks now): that subtask's database, fetched to be opened in
-    /// place and clipped to this subtask's key groups (its keyed state is then not in `keyed`,
-    /// which holds the timers). Taken by the keyed operator that opens it.
+    /// With the RocksDB backend: the database of the old subtask sharing the most key groups
+    /// with this one, fetched to be opened in place and clipped to this subtask's key groups
+    /// (its tables' entries are then not in `keyed`, which holds its timers and the state of
+    /// the other old subtasks, read out). Taken by the keyed operator that opens it.
     #[cfg(feature = "rocksdb")]
     pub native: std::sync::Mutex<Option<weir_state::lsm::NativeState>>,
 }

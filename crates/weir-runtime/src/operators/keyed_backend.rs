@@ -362,12 +362,12 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
             let held = native.as_ref().map(|n| n.key_groups());
             if let Some(native) = &native {
                 let (held, ours) = (native.key_groups(), ctx.key_groups);
-                if held.start > ours.start
-                    || ours.end > held.end
+                if held.start >= ours.end
+                    || ours.start >= held.end
                     || native.max_parallelism() != ctx.max_parallelism
                 {
                     return Err(TaskError::user(format!(
-                        "operator '{}' subtask {}: the RocksDB database restored for key groups {} of {} does not hold this subtask's, key groups {} of {}",
+                        "operator '{}' subtask {}: the RocksDB database restored for key groups {} of {} holds none of this subtask's, key groups {} of {}",
                         ctx.uid,
                         ctx.index,
                         native.key_groups(),
@@ -379,7 +379,8 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
             }
             let store = weir_state::lsm::LsmStore::open(&options, &label, _names, &ttl, native)?;
             if let Some(held) = held.filter(|held| *held != ctx.key_groups) {
-                // Restored from a subtask that held more key groups: keep this one's share.
+                // Restored from a subtask whose key groups were not all this one's: keep its
+                // share (the rest comes from the other old subtasks, read out).
                 store.clip(held, ctx.key_groups)?;
             }
             _state.use_lsm(&store)?;

@@ -32,8 +32,8 @@ use crate::restore::Restore;
 ///
 /// RocksDB table files are fetched into a directory under `scratch` to be read; with
 /// `in_place` (the job's backend is RocksDB; the job's number of key groups), the database of
-/// an old subtask that held every key group this one owns is fetched there to be opened in
-/// place (see [`RestoredState::native`]).
+/// the old subtask that shares the most key groups with this one is fetched there to be opened
+/// in place (see [`RestoredState::native`]), the others read out.
 #[allow(clippy::too_many_arguments)]
 pub fn subtask_state(
     storage: &CheckpointStorage,
@@ -136,8 +136,9 @@ pub fn read_keyed_state_in(
     read_keyed(storage, metadata, operator, key_groups, scratch, None)
 }
 
-/// [`read_keyed_state_in`]; with `in_place`, a RocksDB manifest holding all of `key_groups`
-/// is fetched to be opened in place (into `in_place.slot`) rather than read out.
+/// [`read_keyed_state_in`]; with `in_place`, the RocksDB manifest of the old subtask sharing
+/// the most key groups with `key_groups` is fetched to be opened in place (into
+/// `in_place.slot`) rather than read out; the reader then holds the others.
 fn read_keyed(
     storage: &CheckpointStorage,
     metadata: &CheckpointMetadata,
@@ -147,6 +148,12 @@ fn read_keyed(
     mut in_place: Option<InPlace<'_>>,
 ) -> Result<Option<KeyedSnapshotReader>, JobError> {
     let checkpoint = metadata.checkpoint.id;
+    // The old subtask sharing the most key groups with this one: if its state is a RocksDB
+    // database, that one opens in place and the others are read out into it.
+    let chosen = in_place
+        .as_ref()
+        .and_then(|_| most_shared(metadata, operator, key_groups));
+    let mut opened_in_place = None;
     let mut keyed = Vec::new();
     for state in subtask_states(metadata, operator) {
         // A subtask's keyed state may come in two parts with tables of their own: its RocksDB
@@ -170,13 +177,11 @@ fn read_keyed(
                         manifest.reader(key_groups, files).map_err(unusable)?
                     } else if is_lsm_manifest(&bytes) {
                         let manifest = LsmManifest::decode(&bytes).map_err(unusable)?;
-                        // One old subtask held every key group this one owns (the same
-                        // parallelism, or more subtasks now): its database opens in place.
                         if let Some(target) = in_place.as_mut().filter(|t| {
-                            manifest.key_groups.start <= key_groups.start
-                                && key_groups.end <= manifest.key_groups.end
+                            Some(manifest.key_groups) == chosen
                                 && manifest.max_parallelism == t.max_parallelism
                         }) {
+                            opened_in_place = Some(manifest.key_groups);
                             *target.slot = Some(
                                 fetch_lsm(
                                     storage,
@@ -210,17 +215,60 @@ fn read_keyed(
     }
     let reader = KeyedSnapshotReader::merge(keyed)
         .map_err(|e| JobError::Restore(format!("checkpoint {checkpoint}: {e}")))?;
-    reader.check_covers(key_groups).map_err(|e| {
-        let uid = metadata
-            .operators
-            .iter()
-            .find(|o| o.id == operator)
-            .map_or_else(|| operator.to_string(), |o| o.uid.clone());
-        JobError::Restore(format!(
-            "checkpoint {checkpoint} lacks keyed state of '{uid}' for key groups {key_groups}: {e}"
-        ))
-    })?;
+    // The key groups the database opened in place holds need not be in the reader.
+    let (before, after) = match opened_in_place {
+        Some(held) => (
+            KeyGroupRange::new(
+                key_groups.start,
+                held.start.clamp(key_groups.start, key_groups.end),
+            ),
+            KeyGroupRange::new(
+                held.end.clamp(key_groups.start, key_groups.end),
+                key_groups.end,
+            ),
+        ),
+        None => (
+            key_groups,
+            KeyGroupRange::new(key_groups.end, key_groups.end),
+        ),
+    };
+    for part in [before, after].into_iter().filter(|r| !r.is_empty()) {
+        reader.check_covers(part).map_err(|e| {
+            let uid = metadata
+                .operators
+                .iter()
+                .find(|o| o.id == operator)
+                .map_or_else(|| operator.to_string(), |o| o.uid.clone());
+            JobError::Restore(format!(
+                "checkpoint {checkpoint} lacks keyed state of '{uid}' for key groups {key_groups}: {e}"
+            ))
+        })?;
+    }
     Ok(Some(reader))
+}
+
+/// The key groups of the old subtask of `operator` that shares the most key groups with
+/// `key_groups` (the first of equals), if any shares one.
+fn most_shared(
+    metadata: &CheckpointMetadata,
+    operator: OperatorId,
+    key_groups: KeyGroupRange,
+) -> Option<KeyGroupRange> {
+    let shared = |old: KeyGroupRange| {
+        old.end
+            .min(key_groups.end)
+            .saturating_sub(old.start.max(key_groups.start))
+    };
+    subtask_states(metadata, operator)
+        .flat_map(|state| &state.handles)
+        .filter_map(|handle| match handle.kind {
+            HandleKind::Keyed { key_groups: old } if !handle.shared && shared(old) > 0 => Some(old),
+            _ => None,
+        })
+        .fold(None, |best: Option<KeyGroupRange>, old| match best {
+            Some(b) if shared(b) >= shared(old) => Some(b),
+            _ => Some(old),
+        })
 }
 
 fn subtask_states(

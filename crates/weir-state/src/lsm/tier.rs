@@ -370,22 +370,21 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
         &mut self,
         groups: impl Iterator<Item = Result<(u32, EntryTable<K, E>), StateError>>,
     ) -> Result<(), StateError> {
-        if self.store.restored_in_place() {
-            // The database is the restored one: its key groups are in RocksDB already.
-            self.epoch += 1;
-            return Ok(());
-        }
         self.dirty.clear();
         self.frozen.clear();
         self.cache.as_mut().clear();
         self.listed = FrozenVec::new();
         let family = self.store.family(&self.name)?;
         let mut batch = WriteBatch::default();
-        batch.delete_range_cf(
-            family,
-            key_group_prefix(self.range.start),
-            key_group_prefix(self.range.end),
-        );
+        // A database restored in place holds its key groups already, and `groups` the others
+        // (of the other old subtasks); a fresh one starts empty.
+        if !self.store.restored_in_place() {
+            batch.delete_range_cf(
+                family,
+                key_group_prefix(self.range.start),
+                key_group_prefix(self.range.end),
+            );
+        }
         let mut key_bytes = Vec::new();
         let mut value = Vec::new();
         for group in groups {

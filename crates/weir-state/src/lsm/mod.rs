@@ -34,9 +34,10 @@
 //! backend writes and reads: a snapshot of either backend restores into the other, at any
 //! parallelism.
 //!
-//! A restore at the same parallelism from a native (incremental) checkpoint opens the
-//! checkpoint's files in place ([`fetch_native`]); any other restore writes the key groups a
-//! subtask owns into its fresh RocksDB, one key group at a time.
+//! A RocksDB subtask restoring a native (incremental) checkpoint opens the files of the old
+//! subtask sharing the most key groups with it in place ([`fetch_native`]); anything else it
+//! restores (other old subtasks' key groups, full snapshots) is written into its database one
+//! key group at a time.
 //!
 //! # Errors
 //!

@@ -1,14 +1,16 @@
 //! Restoring from a native RocksDB checkpoint, two ways:
 //!
-//! - **In place** ([`fetch_native`]): a RocksDB subtask that owns exactly the key groups of one
-//!   old subtask (the same parallelism) gets that subtask's files fetched into a directory,
-//!   which its [`LsmStore`](super::LsmStore) then opens as its database — nothing is read out
-//!   or written again, and after a restore of the job's own checkpoint the first checkpoint
-//!   references the table files already uploaded instead of uploading them again.
-//! - **Read out** ([`read_native`]): otherwise (another parallelism, or the heap backend) the
-//!   files are fetched into a scratch directory, the database opened read-only, and the key
-//!   groups the restoring subtask owns read out in Weir's snapshot format — so either backend
-//!   restores it, at any parallelism, through the same path as every other snapshot.
+//! - **In place** ([`fetch_native`]): a RocksDB subtask gets the files of the old subtask
+//!   sharing the most key groups with it fetched into a directory, which its
+//!   [`LsmStore`](super::LsmStore) then opens as its database and clips to the subtask's key
+//!   groups ([`LsmStore::clip`](super::LsmStore::clip)); nothing of it is read out or written
+//!   again, and after a restore of the job's own checkpoint the first checkpoint references
+//!   the table files already uploaded instead of uploading them again.
+//! - **Read out** ([`read_native`]): the other old subtasks' databases (a restore to fewer
+//!   subtasks), and every database restored into the heap backend, are fetched into a scratch
+//!   directory, opened read-only, and the key groups the restoring subtask owns read out in
+//!   Weir's snapshot format — so either backend restores it, at any parallelism, through the
+//!   same path as every other snapshot.
 
 use super::frozen::{LsmFrozen, Source};
 use super::store::backend_error;

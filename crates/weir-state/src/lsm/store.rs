@@ -285,7 +285,7 @@ impl LsmStore {
     }
 
     /// Drops every entry outside `range` from the tables of a database restored in place that
-    /// held the key groups `held` (a restore to more subtasks: each keeps its share), with
+    /// held the key groups `held` (a restore to another parallelism: each keeps its share), with
     /// RocksDB's range deletions — no entry is read.
     pub fn clip(&self, held: KeyGroupRange, range: KeyGroupRange) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();

@@ -122,11 +122,17 @@ impl LsmStore {
             }
         }
         let db_options = db_options(memory, tables.len())?;
-        // Families of the restored database that no table declares any more open as they are.
-        let undeclared: Vec<ColumnFamilyDescriptor> = earlier_families
+        // Families of the restored database that no table declares any more: opened, then
+        // dropped (a snapshot's table the job no longer declares is not carried on, as on the
+        // heap).
+        let undeclared: Vec<&String> = earlier_families
             .iter()
+            .filter(|f| f.as_str() != rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
             .filter(|f| !tables.iter().any(|t| family_name(t) == **f))
-            .map(|f| ColumnFamilyDescriptor::new(f, db_options.clone()))
+            .collect();
+        let undeclared_families: Vec<ColumnFamilyDescriptor> = undeclared
+            .iter()
+            .map(|f| ColumnFamilyDescriptor::new(*f, db_options.clone()))
             .collect();
         let families = tables.iter().map(|t| {
             let mut family_options = db_options.clone();
@@ -142,8 +148,16 @@ impl LsmStore {
             }
             ColumnFamilyDescriptor::new(family_name(t), family_options)
         });
-        let db = DB::open_cf_descriptors(&db_options, &db_path, families.chain(undeclared))
-            .map_err(|e| backend_error(format!("cannot open RocksDB: {e}")))?;
+        let mut db =
+            DB::open_cf_descriptors(&db_options, &db_path, families.chain(undeclared_families))
+                .map_err(|e| backend_error(format!("cannot open RocksDB: {e}")))?;
+        for family in undeclared {
+            db.drop_cf(family).map_err(|e| {
+                backend_error(format!(
+                    "cannot drop the restored column family {family}: {e}"
+                ))
+            })?;
+        }
         let mut write_options = WriteOptions::default();
         write_options.disable_wal(true);
         Ok(Arc::new(LsmStore {

@@ -427,6 +427,31 @@ fn a_database_restored_in_place_by_more_subtasks_is_clipped_to_each_ones_key_gro
 }
 
 #[test]
+fn a_table_no_longer_declared_is_dropped_from_a_database_restored_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Uploaded {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let (s, _, mut lsm) = side_by_side(&dir);
+    for i in 0..1_000 {
+        apply(&mut lsm, i);
+    }
+    let (manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
+    let mut fetch = |file: &LsmFile| {
+        std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+    };
+    let native = fetch_native(&manifest, 1, true, dir.path(), &mut fetch).unwrap();
+    let options = LsmOptions {
+        local_dir: dir.path().to_path_buf(),
+        memory_bytes: 0,
+    };
+    let only_value = ["value".to_string()];
+    let restored = LsmStore::open(&options, "test/1", &only_value, &[], Some(native)).unwrap();
+    assert!(restored.family("value").is_ok());
+    assert!(restored.family("list").is_err() && restored.family("map").is_err());
+}
+
+#[test]
 fn a_table_restored_in_place_as_another_kind_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Uploaded {

@@ -338,33 +338,66 @@ fn a_native_snapshot_uploads_only_new_table_files_and_restores_into_either_backe
     assert_eq!(contents(&back), expected);
 }
 
-#[test]
-fn a_native_snapshot_opens_in_place_and_its_uploads_are_reused_only_if_owned() {
+/// The native snapshot of checkpoint `checkpoint` of a store whose tables took `writes`
+/// operations (the heap tables beside it took the same), its storage and directory.
+fn native_snapshot(
+    writes: u64,
+    checkpoint: u64,
+) -> (
+    tempfile::TempDir,
+    Uploaded,
+    Arc<LsmStore>,
+    Tables,
+    LsmManifest,
+) {
     let dir = tempfile::tempdir().unwrap();
     let storage = Uploaded {
         dir: tempfile::tempdir().unwrap(),
     };
-    let all = KeyGroupRange::new(0, MP);
     let (s, mut heap, mut lsm) = side_by_side(&dir);
-    for i in 0..10_000 {
+    for i in 0..writes {
         apply(&mut heap, i);
         apply(&mut lsm, i);
     }
-    let (manifest, uploaded, _) = storage.snapshot(&mut lsm, &s, 7);
-    s.complete(7);
-    let expected = contents(&heap);
-    for owned in [true, false] {
+    let (manifest, _, _) = storage.snapshot(&mut lsm, &s, checkpoint);
+    (dir, storage, s, heap, manifest)
+}
+
+impl Uploaded {
+    /// The database of `manifest` (checkpoint `checkpoint`, the job's own if `owned`) fetched
+    /// into `dir`, and opened in place as a new store for `tables`.
+    fn open_in_place(
+        &self,
+        manifest: &LsmManifest,
+        checkpoint: u64,
+        owned: bool,
+        dir: &tempfile::TempDir,
+        tables: &[String],
+    ) -> (KeyGroupRange, Arc<LsmStore>) {
         let mut fetch = |file: &LsmFile| {
-            std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+            std::fs::read(self.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
         };
-        let native = fetch_native(&manifest, 7, owned, dir.path(), &mut fetch).unwrap();
-        assert_eq!(native.key_groups(), all);
-        let t = tables();
+        let native = fetch_native(manifest, checkpoint, owned, dir.path(), &mut fetch).unwrap();
+        let held = native.key_groups();
         let options = LsmOptions {
             local_dir: dir.path().to_path_buf(),
             memory_bytes: 0,
         };
-        let restored = LsmStore::open(&options, "test/1", &names(&t), &[], Some(native)).unwrap();
+        let store = LsmStore::open(&options, "test/1", tables, &[], Some(native)).unwrap();
+        (held, store)
+    }
+}
+
+#[test]
+fn a_native_snapshot_opens_in_place_and_its_uploads_are_reused_only_if_owned() {
+    let (dir, storage, s, heap, manifest) = native_snapshot(10_000, 7);
+    s.complete(7);
+    let all = KeyGroupRange::new(0, MP);
+    let uploaded = manifest.files.len();
+    let expected = contents(&heap);
+    for owned in [true, false] {
+        let (held, restored) = storage.open_in_place(&manifest, 7, owned, &dir, &names(&tables()));
+        assert_eq!(held, all);
         let mut back = open(all, Some(&restored));
         // Nothing to restore from a reader: the database is the restored one.
         back.restore(&KeyedSnapshotReader::default()).unwrap();
@@ -390,30 +423,11 @@ fn a_native_snapshot_opens_in_place_and_its_uploads_are_reused_only_if_owned() {
 
 #[test]
 fn a_database_restored_in_place_by_more_subtasks_is_clipped_to_each_ones_key_groups() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Uploaded {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    let (s, mut heap, mut lsm) = side_by_side(&dir);
-    for i in 0..10_000 {
-        apply(&mut heap, i);
-        apply(&mut lsm, i);
-    }
-    let (manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
+    let (dir, storage, _s, heap, manifest) = native_snapshot(10_000, 1);
     let mut merged: Contents = Default::default();
     for index in 0..3 {
         let range = KeyGroupRange::for_subtask(MP, 3, index);
-        let mut fetch = |file: &LsmFile| {
-            std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
-        };
-        let native = fetch_native(&manifest, 1, true, dir.path(), &mut fetch).unwrap();
-        let held = native.key_groups();
-        let options = LsmOptions {
-            local_dir: dir.path().to_path_buf(),
-            memory_bytes: 0,
-        };
-        let t = tables();
-        let part_store = LsmStore::open(&options, "test/1", &names(&t), &[], Some(native)).unwrap();
+        let (held, part_store) = storage.open_in_place(&manifest, 1, true, &dir, &names(&tables()));
         part_store.clip(held, range).unwrap();
         let part = open(range, Some(&part_store));
         let (v, l, m) = contents(&part);
@@ -428,51 +442,18 @@ fn a_database_restored_in_place_by_more_subtasks_is_clipped_to_each_ones_key_gro
 
 #[test]
 fn a_table_no_longer_declared_is_dropped_from_a_database_restored_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Uploaded {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    let (s, _, mut lsm) = side_by_side(&dir);
-    for i in 0..1_000 {
-        apply(&mut lsm, i);
-    }
-    let (manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
-    let mut fetch = |file: &LsmFile| {
-        std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
-    };
-    let native = fetch_native(&manifest, 1, true, dir.path(), &mut fetch).unwrap();
-    let options = LsmOptions {
-        local_dir: dir.path().to_path_buf(),
-        memory_bytes: 0,
-    };
+    let (dir, storage, _s, _heap, manifest) = native_snapshot(1_000, 1);
     let only_value = ["value".to_string()];
-    let restored = LsmStore::open(&options, "test/1", &only_value, &[], Some(native)).unwrap();
+    let (_, restored) = storage.open_in_place(&manifest, 1, true, &dir, &only_value);
     assert!(restored.family("value").is_ok());
     assert!(restored.family("list").is_err() && restored.family("map").is_err());
 }
 
 #[test]
 fn a_table_restored_in_place_as_another_kind_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = Uploaded {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    let (s, _, mut lsm) = side_by_side(&dir);
-    for i in 0..100 {
-        apply(&mut lsm, i);
-    }
-    let (mut manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
+    let (dir, storage, _s, _heap, mut manifest) = native_snapshot(100, 1);
     manifest.tables[0].1 = crate::TableKind::List;
-    let mut fetch = |file: &LsmFile| {
-        std::fs::read(storage.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
-    };
-    let native = fetch_native(&manifest, 1, true, dir.path(), &mut fetch).unwrap();
-    let options = LsmOptions {
-        local_dir: dir.path().to_path_buf(),
-        memory_bytes: 0,
-    };
-    let t = tables();
-    let restored = LsmStore::open(&options, "test/1", &names(&t), &[], Some(native)).unwrap();
+    let (_, restored) = storage.open_in_place(&manifest, 1, true, &dir, &names(&tables()));
     let mut t = tables();
     t.init(MP, KeyGroupRange::new(0, MP));
     let err = t.use_lsm(&restored).unwrap_err();

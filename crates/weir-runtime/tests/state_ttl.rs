@@ -3,21 +3,21 @@
 //! updated for the TTL starts over, before and after a restore (the stamps are in the
 //! snapshot). Run once per state backend, like the timer tests.
 
-use crossbeam_channel::Receiver;
+mod common;
+
+use common::{emitted, output, restored_from};
 use std::sync::Arc;
 use std::time::Duration;
-use weir_core::{CheckpointId, Element, KeyGroupRange, ManualClock};
-use weir_runtime::channel::ChannelSink;
+use weir_core::{CheckpointId, ManualClock};
 use weir_runtime::operator::{OneInputOperator, OperatorContext, RestoredState};
 use weir_runtime::operators::{KeyedProcessFunction, KeyedProcessOperator};
-use weir_runtime::partition::RoundRobinWriter;
 use weir_runtime::timer_service::{Timer, TimerContext};
 use weir_runtime::{Output, TaskError};
-use weir_state::{
-    encode_keyed_snapshot, CurrentKey, KeyedSnapshotReader, StateTtlConfig, TtlValueState,
-};
+use weir_state::{CurrentKey, StateTtlConfig, TtlValueState};
 
-const MP: u32 = 16;
+fn ctx() -> OperatorContext {
+    common::ctx("expiring-counts")
+}
 
 /// Counts records per key in state that expires a second after the key's last record;
 /// emits `(key, count)` for every record.
@@ -57,39 +57,6 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for ExpiringCounts {
     }
 }
 
-fn ctx() -> OperatorContext {
-    OperatorContext {
-        uid: "expiring-counts".into(),
-        name: "expiring-counts".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: MP,
-        key_groups: KeyGroupRange::new(0, MP),
-        // The heap unless WEIR_STATE_BACKEND_TYPE names another (the test command runs these
-        // tests once per backend).
-        state_backend: weir_core::config::StateBackendConfig::from_env().unwrap(),
-        metrics: Default::default(),
-    }
-}
-
-type Counted = Receiver<Element<(u64, u64)>>;
-
-fn output() -> (Output<(u64, u64)>, Counted) {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let sink: Box<dyn ChannelSink<(u64, u64)>> = Box::new(tx);
-    let writer = RoundRobinWriter::new(vec![sink], 0);
-    (Output::new(vec![Box::new(writer)], 1), rx)
-}
-
-fn counted(rx: &Counted) -> Vec<(u64, u64)> {
-    rx.try_iter()
-        .flat_map(|e| match e {
-            Element::Records(r) => r,
-            _ => Vec::new(),
-        })
-        .collect()
-}
-
 type Operator = KeyedProcessOperator<u64, u64, (u64, u64), ExpiringCounts, fn(&u64) -> u64>;
 
 fn operator(clock: &ManualClock) -> Operator {
@@ -109,29 +76,19 @@ fn a_key_not_updated_for_its_ttl_starts_over_before_and_after_a_restore() {
     clock.advance(400); // key 2 was last counted 1 s ago, key 1 0.4 s ago
     op.process_batch(vec![1, 2], &mut out).unwrap();
     assert_eq!(
-        counted(&rx),
+        emitted(&rx),
         [(1, 1), (2, 1), (1, 2), (1, 3), (1, 4), (2, 1)]
     );
 
     let snapshot = op.snapshot(CheckpointId(1)).unwrap();
-    let bytes = encode_keyed_snapshot(&snapshot.keyed, KeyGroupRange::new(0, MP)).unwrap();
     let mut restored = operator(&clock);
     let (mut out, rx) = output();
-    restored
-        .open(
-            &ctx(),
-            RestoredState {
-                keyed: Some(KeyedSnapshotReader::decode(&bytes).unwrap()),
-                operator: None,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    restored.open(&ctx(), restored_from(&snapshot)).unwrap();
     clock.advance(999); // both keys were last counted at 11,000
     restored.process_batch(vec![1], &mut out).unwrap();
     clock.advance(1); // key 2 expires now, key 1 lives until 12,999
     restored.process_batch(vec![1, 2], &mut out).unwrap();
     clock.advance(1_000); // key 1 expires
     restored.process_batch(vec![1], &mut out).unwrap();
-    assert_eq!(counted(&rx), [(1, 5), (1, 6), (2, 1), (1, 1)]);
+    assert_eq!(emitted(&rx), [(1, 5), (1, 6), (2, 1), (1, 1)]);
 }

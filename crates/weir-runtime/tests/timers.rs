@@ -3,19 +3,21 @@
 //! both are keyed state — a restored operator fires exactly the timers that had not fired
 //! before its snapshot, each once.
 
-use crossbeam_channel::Receiver;
+mod common;
+
+use common::{emitted, output, restored_from};
 use std::sync::Arc;
 use std::time::Duration;
-use weir_core::{CheckpointId, Element, KeyGroupRange, ManualClock};
-use weir_runtime::channel::ChannelSink;
+use weir_core::{CheckpointId, ManualClock};
 use weir_runtime::operator::{OneInputOperator, OperatorContext, RestoredState};
 use weir_runtime::operators::{KeyedProcessFunction, KeyedProcessOperator};
-use weir_runtime::partition::RoundRobinWriter;
 use weir_runtime::timer_service::{TimeDomain, Timer, TimerContext};
 use weir_runtime::{Output, TaskError};
-use weir_state::{encode_keyed_snapshot, CurrentKey, KeyedSnapshotReader, ValueState};
+use weir_state::{CurrentKey, ValueState};
 
-const MP: u32 = 16;
+fn ctx() -> OperatorContext {
+    common::ctx("reminders")
+}
 
 /// Per key: remembers the first record's value; registers an event-time timer at the record's
 /// time and a processing-time timer 1 s of clock later; emits `(key, domain, time, value)` when
@@ -65,37 +67,6 @@ impl KeyedProcessFunction<u64, (u64, i64), Fired> for Reminders {
     }
 }
 
-fn ctx() -> OperatorContext {
-    OperatorContext {
-        uid: "reminders".into(),
-        name: "reminders".into(),
-        index: 0,
-        parallelism: 1,
-        max_parallelism: MP,
-        key_groups: KeyGroupRange::new(0, MP),
-        // The heap unless WEIR_STATE_BACKEND_TYPE names another (the test command runs these
-        // tests once per backend).
-        state_backend: weir_core::config::StateBackendConfig::from_env().unwrap(),
-        metrics: Default::default(),
-    }
-}
-
-fn output() -> (Output<Fired>, Receiver<Element<Fired>>) {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let sink: Box<dyn ChannelSink<Fired>> = Box::new(tx);
-    let writer = RoundRobinWriter::new(vec![sink], 0);
-    (Output::new(vec![Box::new(writer)], 1), rx)
-}
-
-fn fired(rx: &Receiver<Element<Fired>>) -> Vec<Fired> {
-    rx.try_iter()
-        .flat_map(|e| match e {
-            Element::Records(r) => r,
-            _ => Vec::new(),
-        })
-        .collect()
-}
-
 type Operator = KeyedProcessOperator<u64, (u64, i64), Fired, Reminders, fn(&(u64, i64)) -> u64>;
 
 fn operator(clock: &ManualClock) -> Operator {
@@ -112,12 +83,12 @@ fn event_time_timers_fire_once_when_the_watermark_passes_them() {
     op.process_batch(vec![(1, 100), (2, 200), (1, 100), (3, 300)], &mut out)
         .unwrap();
     op.watermark(99, &mut out).unwrap();
-    assert_eq!(fired(&rx), []);
+    assert_eq!(emitted(&rx), []);
     op.watermark(200, &mut out).unwrap();
     op.watermark(250, &mut out).unwrap();
-    assert_eq!(fired(&rx), [(1, "event", 100, 10), (2, "event", 200, 20)]);
+    assert_eq!(emitted(&rx), [(1, "event", 100, 10), (2, "event", 200, 20)]);
     op.watermark(i64::MAX, &mut out).unwrap();
-    assert_eq!(fired(&rx), [(3, "event", 300, 30)]);
+    assert_eq!(emitted(&rx), [(3, "event", 300, 30)]);
 }
 
 #[test]
@@ -131,11 +102,11 @@ fn processing_time_timers_fire_from_the_task_loop_when_the_clock_reaches_them() 
     assert_eq!(op.next_processing_timer(), Some(Duration::from_secs(1)));
     clock.advance(400);
     op.on_processing_time(&mut out).unwrap();
-    assert_eq!(fired(&rx), []);
+    assert_eq!(emitted(&rx), []);
     assert_eq!(op.next_processing_timer(), Some(Duration::from_millis(600)));
     clock.advance(600);
     op.on_processing_time(&mut out).unwrap();
-    assert_eq!(fired(&rx), [(7, "processing", 6_000, 70)]);
+    assert_eq!(emitted(&rx), [(7, "processing", 6_000, 70)]);
     assert_eq!(op.next_processing_timer(), None);
 }
 
@@ -148,27 +119,16 @@ fn a_restored_operator_fires_exactly_the_timers_that_had_not_fired_at_its_snapsh
     let records: Vec<(u64, i64)> = (0..200).map(|k| (k, 1_000 + k as i64)).collect();
     op.process_batch(records, &mut out).unwrap();
     op.watermark(1_099, &mut out).unwrap(); // keys 0..100 fire before the snapshot
-    let before = fired(&rx);
+    let before = emitted(&rx);
     assert_eq!(before.len(), 100);
     let snapshot = op.snapshot(CheckpointId(1)).unwrap();
     op.watermark(1_149, &mut out).unwrap(); // fired after the snapshot: lost in the failure
-    let bytes = encode_keyed_snapshot(&snapshot.keyed, KeyGroupRange::new(0, MP)).unwrap();
 
     let mut restored = operator(&clock);
     let (mut out, rx) = output();
-    let reader = KeyedSnapshotReader::decode(&bytes).unwrap();
-    restored
-        .open(
-            &ctx(),
-            RestoredState {
-                keyed: Some(reader),
-                operator: None,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    restored.open(&ctx(), restored_from(&snapshot)).unwrap();
     restored.watermark(i64::MAX, &mut out).unwrap();
-    let mut after: Vec<Fired> = fired(&rx);
+    let mut after: Vec<Fired> = emitted(&rx);
     after.sort();
     let expected: Vec<Fired> = (100..200)
         .map(|k| (k, "event", 1_000 + k as i64, k * 10))
@@ -177,5 +137,5 @@ fn a_restored_operator_fires_exactly_the_timers_that_had_not_fired_at_its_snapsh
     // The processing-time timers of all 200 keys survived too, and fire once the clock says so.
     clock.advance(1_000);
     restored.on_processing_time(&mut out).unwrap();
-    assert_eq!(fired(&rx).len(), 200);
+    assert_eq!(emitted(&rx).len(), 200);
 }

@@ -11,6 +11,7 @@ mod cluster;
 mod demo;
 mod jobs;
 mod kafka_wordcount;
+mod one_value;
 mod pg_replicate;
 mod progress;
 mod registry;

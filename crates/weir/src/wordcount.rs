@@ -18,6 +18,7 @@ use weir_runtime::{
 
 use crate::args::{duration_arg, JobArgs};
 use crate::demo::execution_config;
+use crate::one_value::OneValue;
 use crate::runnable::{ClusterJob, Runnable};
 use crate::CliError;
 
@@ -50,55 +51,35 @@ pub struct WordcountArgs {
     pub state_ttl: Option<Duration>,
 }
 
-/// Keeps a running count per word; emits `(word, count)` for every occurrence.
-#[derive(Clone)]
-struct WordCount;
+/// Keeps a running count per word in `S` (a [`ValueState`], or a [`TtlValueState`] with
+/// `--state-ttl`); emits `(word, count)` for every occurrence.
+struct WordCount<S: OneValue<String, u64>>(S::Config);
 
-impl KeyedProcessFunction<String, String, (String, u64)> for WordCount {
-    type State = ValueState<String, u64>;
+impl<S: OneValue<String, u64>> Clone for WordCount<S> {
+    fn clone(&self) -> Self {
+        WordCount(self.0.clone())
+    }
+}
 
-    fn state(&self) -> Self::State {
-        ValueState::new("count")
+impl<S: OneValue<String, u64>> KeyedProcessFunction<String, String, (String, u64)>
+    for WordCount<S>
+{
+    type State = S;
+
+    fn state(&self) -> S {
+        S::make("count", &self.0)
     }
 
     fn process(
         &mut self,
         key: &CurrentKey<'_, String>,
         word: String,
-        counts: &mut Self::State,
+        counts: &mut S,
         out: &mut Output<(String, u64)>,
     ) -> Result<(), TaskError> {
-        emit_count(counts.get_or_insert_with(key, || 0), word, out);
-        Ok(())
-    }
-}
-
-/// Counts one more `word` and emits its count.
-#[inline]
-fn emit_count(count: &mut u64, word: String, out: &mut Output<(String, u64)>) {
-    *count += 1;
-    out.emit((word, *count));
-}
-
-/// [`WordCount`] whose counts expire `.0` after the word was last seen (`--state-ttl`).
-#[derive(Clone)]
-struct ExpiringWordCount(Duration);
-
-impl KeyedProcessFunction<String, String, (String, u64)> for ExpiringWordCount {
-    type State = TtlValueState<String, u64>;
-
-    fn state(&self) -> Self::State {
-        TtlValueState::new("count", StateTtlConfig::new(self.0))
-    }
-
-    fn process(
-        &mut self,
-        key: &CurrentKey<'_, String>,
-        word: String,
-        counts: &mut Self::State,
-        out: &mut Output<(String, u64)>,
-    ) -> Result<(), TaskError> {
-        emit_count(counts.get_or_insert_with(key, || 0), word, out);
+        let count = counts.get_or_insert_with(key, || 0);
+        *count += 1;
+        out.emit((word, *count));
         Ok(())
     }
 }
@@ -160,8 +141,8 @@ pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError>
         })
         .key_by(|word: &String| word.clone());
     let counts = match args.state_ttl {
-        None => words.process("counts", WordCount),
-        Some(ttl) => words.process("counts", ExpiringWordCount(ttl)),
+        None => words.process("counts", WordCount::<ValueState<_, _>>(())),
+        Some(ttl) => words.process("counts", WordCount::<TtlValueState<_, _>>(ttl)),
     };
     counts.sink(
         "output",

@@ -19,6 +19,7 @@ use weir_runtime::{
 
 use super::suite::execution_config;
 use super::suite::{CountingSink, RunArgs, Setup};
+use crate::one_value::OneValue;
 use crate::runnable::{ClusterJob, Runnable};
 use crate::CliError;
 
@@ -47,35 +48,28 @@ pub struct KeyedCountArgs {
 }
 
 /// Count and sum per key, in `S`: a [`ValueState`], or a [`TtlValueState`] with `--state-ttl`.
-#[derive(Clone)]
-struct CountAndSum<S> {
+struct CountAndSum<S: OneValue<u64, (u64, u64)>> {
     emit_updates: bool,
-    state: S,
+    config: S::Config,
 }
 
-/// The keyed state of [`CountAndSum`].
-trait Counts: KeyedStateSet<u64> {
-    fn get_or_insert_with(
-        &mut self,
-        key: &CurrentKey<'_, u64>,
-        default: impl FnOnce() -> (u64, u64),
-    ) -> &mut (u64, u64);
-    fn get(&mut self, key: &CurrentKey<'_, u64>) -> Option<&(u64, u64)>;
+impl<S: OneValue<u64, (u64, u64)>> Clone for CountAndSum<S> {
+    fn clone(&self) -> Self {
+        CountAndSum {
+            emit_updates: self.emit_updates,
+            config: self.config.clone(),
+        }
+    }
 }
 
-/// The state as declared, cloned for each subtask.
-#[derive(Clone)]
-struct Plain;
+impl<S> KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum<S>
+where
+    S: OneValue<u64, (u64, u64)>,
+{
+    type State = S;
 
-/// The state with a time to live.
-#[derive(Clone)]
-struct Expiring(std::time::Duration);
-
-impl<S: StateOf> KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum<S> {
-    type State = S::State;
-
-    fn state(&self) -> Self::State {
-        self.state.make()
+    fn state(&self) -> S {
+        S::make("count-and-sum", &self.config)
     }
 
     #[inline]
@@ -117,54 +111,6 @@ impl<S: StateOf> KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndS
     }
 }
 
-/// Which state [`CountAndSum`] keeps its counts in.
-trait StateOf: Clone + Send + Sync + 'static {
-    type State: Counts;
-    fn make(&self) -> Self::State;
-}
-
-impl StateOf for Plain {
-    type State = ValueState<u64, (u64, u64)>;
-    fn make(&self) -> Self::State {
-        ValueState::new("count-and-sum")
-    }
-}
-
-impl StateOf for Expiring {
-    type State = TtlValueState<u64, (u64, u64)>;
-    fn make(&self) -> Self::State {
-        TtlValueState::new("count-and-sum", StateTtlConfig::new(self.0))
-    }
-}
-
-impl Counts for ValueState<u64, (u64, u64)> {
-    #[inline]
-    fn get_or_insert_with(
-        &mut self,
-        key: &CurrentKey<'_, u64>,
-        default: impl FnOnce() -> (u64, u64),
-    ) -> &mut (u64, u64) {
-        ValueState::get_or_insert_with(self, key, default)
-    }
-    fn get(&mut self, key: &CurrentKey<'_, u64>) -> Option<&(u64, u64)> {
-        ValueState::get(self, key)
-    }
-}
-
-impl Counts for TtlValueState<u64, (u64, u64)> {
-    #[inline]
-    fn get_or_insert_with(
-        &mut self,
-        key: &CurrentKey<'_, u64>,
-        default: impl FnOnce() -> (u64, u64),
-    ) -> &mut (u64, u64) {
-        TtlValueState::get_or_insert_with(self, key, default)
-    }
-    fn get(&mut self, key: &CurrentKey<'_, u64>) -> Option<&(u64, u64)> {
-        TtlValueState::get(self, key)
-    }
-}
-
 /// The job's graph, and the sink that counts its results (in the process that runs it).
 pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> {
     if args.keys == 0 || (args.records == 0 && args.run.duration.is_none()) {
@@ -190,16 +136,16 @@ pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> 
     let counted = match args.state_ttl {
         None => keyed.process(
             "count-and-sum",
-            CountAndSum {
+            CountAndSum::<ValueState<_, _>> {
                 emit_updates,
-                state: Plain,
+                config: (),
             },
         ),
         Some(ttl) => keyed.process(
             "count-and-sum",
-            CountAndSum {
+            CountAndSum::<TtlValueState<_, _>> {
                 emit_updates,
-                state: Expiring(ttl),
+                config: ttl,
             },
         ),
     };

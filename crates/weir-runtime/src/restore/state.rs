@@ -305,6 +305,22 @@ fn unusable(
     ))
 }
 
+/// Reads (and verifies) a table file of `state`'s native RocksDB snapshot; an error names the
+/// checkpoint and the file.
+#[cfg(feature = "rocksdb")]
+fn table_files<'a>(
+    storage: &'a CheckpointStorage,
+    metadata: &'a CheckpointMetadata,
+    state: &'a SubtaskState,
+) -> impl FnMut(&weir_state::LsmFile) -> Result<Vec<u8>, String> + 'a {
+    move |file| {
+        let handle = shared_handle(state, &file.file);
+        storage
+            .read_state_file(&handle)
+            .map_err(|e| located(storage, metadata, e).to_string())
+    }
+}
+
 /// The key groups `range` of a native RocksDB snapshot: its table files are read (and
 /// verified) into a directory under `scratch`, opened, and read out.
 #[cfg(feature = "rocksdb")]
@@ -316,12 +332,7 @@ fn read_lsm(
     range: KeyGroupRange,
     scratch: &Path,
 ) -> Result<KeyedSnapshotReader, weir_state::StateError> {
-    let mut fetch = |file: &weir_state::LsmFile| {
-        let handle = shared_handle(state, &file.file);
-        storage
-            .read_state_file(&handle)
-            .map_err(|e| located(storage, metadata, e).to_string())
-    };
+    let mut fetch = table_files(storage, metadata, state);
     weir_state::lsm::read_native(manifest, range, scratch, &mut fetch)
 }
 
@@ -336,12 +347,7 @@ fn fetch_lsm(
     owned: bool,
     scratch: &Path,
 ) -> Result<NativeState, weir_state::StateError> {
-    let mut fetch = |file: &weir_state::LsmFile| {
-        let handle = shared_handle(state, &file.file);
-        storage
-            .read_state_file(&handle)
-            .map_err(|e| located(storage, metadata, e).to_string())
-    };
+    let mut fetch = table_files(storage, metadata, state);
     let checkpoint = metadata.checkpoint.id.0;
     weir_state::lsm::fetch_native(manifest, checkpoint, owned, scratch, &mut fetch)
 }

@@ -70,7 +70,7 @@ pub struct RestoredState {
     /// (its tables' entries are then not in `keyed`, which holds its timers and the state of
     /// the other old subtasks, read out). Taken by the keyed operator that opens it.
     #[cfg(feature = "rocksdb")]
-    pub native: std::sync::Mutex<Option<weir_state::lsm::NativeState>>,
+    pub native: Option<weir_state::lsm::NativeState>,
 }
 
 /// What a source's poll produced.

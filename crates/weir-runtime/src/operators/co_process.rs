@@ -181,9 +181,17 @@ where
     K1: Fn(&I1) -> K + Send + 'static,
     K2: Fn(&I2) -> K + Send + 'static,
 {
-    fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
-        self.keyed
-            .open(self.function.state(), self.clock.clone(), ctx, &restored)
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        mut restored: RestoredState,
+    ) -> Result<(), TaskError> {
+        self.keyed.open(
+            self.function.state(),
+            self.clock.clone(),
+            ctx,
+            &mut restored,
+        )
     }
 
     fn process_batch(

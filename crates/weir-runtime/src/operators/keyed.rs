@@ -151,9 +151,17 @@ where
     F: KeyedProcessFunction<K, I, O>,
     KF: Fn(&I) -> K + Send + 'static,
 {
-    fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
-        self.keyed
-            .open(self.function.state(), self.clock.clone(), ctx, &restored)
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        mut restored: RestoredState,
+    ) -> Result<(), TaskError> {
+        self.keyed.open(
+            self.function.state(),
+            self.clock.clone(),
+            ctx,
+            &mut restored,
+        )
     }
 
     fn process_batch(&mut self, batch: Vec<I>, out: &mut Output<O>) -> Result<(), TaskError> {

@@ -50,7 +50,7 @@ impl<K: Key> KeyedBackend<K> {
         state: S,
         clock: Option<Arc<dyn Clock>>,
         ctx: &OperatorContext,
-        restored: &RestoredState,
+        restored: &mut RestoredState,
     ) -> Result<(KeyedBackend<K>, S), TaskError> {
         check_reserved_names(&state, &ctx.uid)?;
         let (state, _lsm) = open_state(state, ctx, restored)?;
@@ -209,7 +209,7 @@ impl<K: Key, S> KeyedSlot<K, S> {
         state: S,
         clock: Option<Arc<dyn Clock>>,
         ctx: &OperatorContext,
-        restored: &RestoredState,
+        restored: &mut RestoredState,
     ) -> Result<(), TaskError>
     where
         S: KeyedStateSet<SK>,
@@ -313,7 +313,7 @@ type Lsm = Option<std::convert::Infallible>;
 fn open_state<K: Key, S: KeyedStateSet<K>>(
     mut state: S,
     ctx: &OperatorContext,
-    restored: &RestoredState,
+    restored: &mut RestoredState,
 ) -> Result<(S, Lsm), TaskError> {
     let mut names = Vec::new();
     state.names(&mut names);
@@ -338,7 +338,7 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
     _state: &mut S,
     _names: &[String],
     ctx: &OperatorContext,
-    _restored: &RestoredState,
+    _restored: &mut RestoredState,
 ) -> Result<Lsm, TaskError> {
     match ctx.state_backend.kind {
         StateBackendKind::HashMap => Ok(None),
@@ -355,10 +355,7 @@ fn use_backend<K: Key, S: KeyedStateSet<K>>(
             let mut ttl = Vec::new();
             _state.compaction_filters(&mut ttl);
             // The database restored in place, if the restore fetched one for this subtask.
-            let native = _restored
-                .native
-                .lock()
-                .map_or(None, |mut native| native.take());
+            let native = _restored.native.take();
             let held = native.as_ref().map(|n| n.key_groups());
             if let Some(native) = &native {
                 let (held, ours) = (native.key_groups(), ctx.key_groups);

@@ -87,7 +87,7 @@ pub fn subtask_state(
         keyed,
         operator,
         #[cfg(feature = "rocksdb")]
-        native: std::sync::Mutex::new(native),
+        native,
     })
 }
 

@@ -108,12 +108,16 @@ where
     TB: Fn(&B) -> i64 + Send + 'static,
     F: FnMut(&A, &B) -> O + Send + 'static,
 {
-    fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        mut restored: RestoredState,
+    ) -> Result<(), TaskError> {
         let (backend, state) = KeyedBackend::open(
             ValueState::new("interval-join.buffers"),
             self.clock.clone(),
             ctx,
-            &restored,
+            &mut restored,
         )?;
         self.backend = Some(backend);
         self.state = Some(state);

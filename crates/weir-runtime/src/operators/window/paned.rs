@@ -150,12 +150,16 @@ where
     W: WindowFunction<K, T, O>,
     P: LatePolicy<O, T>,
 {
-    fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        mut restored: RestoredState,
+    ) -> Result<(), TaskError> {
         let (backend, panes) = KeyedBackend::open(
             Panes::<K, W::Acc>::new("window.panes"),
             self.clock.clone(),
             ctx,
-            &restored,
+            &mut restored,
         )?;
         self.backend = Some(backend);
         self.panes = Some(panes);

@@ -103,12 +103,16 @@ where
     W: WindowFunction<K, T, O>,
     P: LatePolicy<O, T>,
 {
-    fn open(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<(), TaskError> {
+    fn open(
+        &mut self,
+        ctx: &OperatorContext,
+        mut restored: RestoredState,
+    ) -> Result<(), TaskError> {
         let (backend, state) = KeyedBackend::open(
             ValueState::new("window.sessions"),
             self.clock.clone(),
             ctx,
-            &restored,
+            &mut restored,
         )?;
         self.backend = Some(backend);
         self.state = Some(state);

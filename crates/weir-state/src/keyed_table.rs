@@ -434,6 +434,15 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> KeyGrou
             .chain(self.groups.iter().flat_map(Slot::iter))
     }
 
+    /// Brings the entries of `keys` from RocksDB into memory in one batched read, ahead of
+    /// their records (see [`KeyedStateSet::prefetch`](crate::KeyedStateSet::prefetch)).
+    #[cfg(feature = "rocksdb")]
+    pub(crate) fn prefetch(&self, keys: &[CurrentKey<'_, K>]) {
+        if let Some(tier) = self.lsm.as_deref() {
+            tier.prefetch(keys);
+        }
+    }
+
     /// Moves the table's entries to RocksDB: from now on every access goes to `store`.
     /// Called once, after `init` and before anything is written or restored.
     #[cfg(feature = "rocksdb")]

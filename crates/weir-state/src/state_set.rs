@@ -73,6 +73,12 @@ pub trait KeyedStateSet<K: Key>: Send + 'static {
     #[cfg(feature = "rocksdb")]
     fn use_lsm(&mut self, store: &std::sync::Arc<crate::lsm::LsmStore>) -> Result<(), StateError>;
 
+    /// Called by the runtime before it processes a batch of records, with their keys: with
+    /// the RocksDB backend, the tables read the entries of those keys that they do not hold in
+    /// memory in one batched lookup (RocksDB's `MultiGet`) instead of one read per record.
+    #[cfg(feature = "rocksdb")]
+    fn prefetch(&mut self, _keys: &[crate::CurrentKey<'_, K>]) {}
+
     /// The processing time (ms since the Unix epoch, on the operator's clock), handed over by
     /// the runtime before each batch and each snapshot: the time tables with a time to live
     /// expire their state against (`TtlValueState` and the others). Other tables ignore it.
@@ -140,6 +146,11 @@ where
     fn maintain(&mut self) -> Result<(), StateError> {
         KeyGroupedMap::maintain(self)
     }
+
+    #[cfg(feature = "rocksdb")]
+    fn prefetch(&mut self, keys: &[crate::CurrentKey<'_, K>]) {
+        KeyGroupedMap::prefetch(self, keys)
+    }
 }
 
 /// The body of `impl KeyedStateSet<K>` for a kind of state whose one table is its field
@@ -183,6 +194,11 @@ macro_rules! forward_to_table {
 
         fn advance_time(&mut self, now_ms: u64) {
             $crate::KeyedStateSet::advance_time(&mut self.$table, now_ms)
+        }
+
+        #[cfg(feature = "rocksdb")]
+        fn prefetch(&mut self, keys: &[$crate::CurrentKey<'_, K>]) {
+            $crate::KeyedStateSet::prefetch(&mut self.$table, keys)
         }
 
         #[cfg(feature = "rocksdb")]
@@ -237,6 +253,10 @@ macro_rules! tuple_state_set {
             }
             fn advance_time(&mut self, now_ms: u64) {
                 $(self.$index.advance_time(now_ms);)+
+            }
+            #[cfg(feature = "rocksdb")]
+            fn prefetch(&mut self, keys: &[crate::CurrentKey<'_, K>]) {
+                $(self.$index.prefetch(keys);)+
             }
             #[cfg(feature = "rocksdb")]
             fn compaction_filters(&self, out: &mut Vec<(String, crate::expiry::TtlCompaction)>) {

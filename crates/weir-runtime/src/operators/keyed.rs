@@ -166,6 +166,22 @@ where
 
     fn process_batch(&mut self, batch: Vec<I>, out: &mut Output<O>) -> Result<(), TaskError> {
         let (backend, state) = self.keyed.opened()?;
+        #[cfg(feature = "rocksdb")]
+        if backend.uses_lsm() {
+            // Every key of the batch first, so that RocksDB is read once for the batch.
+            let keys: Vec<K> = batch.iter().map(&self.key).collect();
+            let current: Vec<CurrentKey<'_, K>> = keys
+                .iter()
+                .map(|k| CurrentKey::new(k, backend.max_parallelism))
+                .collect();
+            state.prefetch(&current);
+            for (record, key) in batch.into_iter().zip(&current) {
+                let mut ctx = TimerContext::new(key, &mut backend.timers);
+                self.function
+                    .process_element(key, record, state, &mut ctx, out)?;
+            }
+            return Ok(());
+        }
         for record in batch {
             let key = (self.key)(&record);
             let current = CurrentKey::new(&key, backend.max_parallelism);

@@ -80,6 +80,12 @@ impl<K: Key> KeyedBackend<K> {
         Ok(())
     }
 
+    /// Whether the state tables live in RocksDB (`state.backend.type: rocksdb`).
+    #[cfg(feature = "rocksdb")]
+    pub fn uses_lsm(&self) -> bool {
+        self.lsm.is_some()
+    }
+
     /// The processing time state with a time to live expires against: the timers' clock.
     fn processing_time(&self) -> u64 {
         u64::try_from(self.timers.processing_time()).unwrap_or(0)

@@ -157,6 +157,43 @@ fn rocksdb_tables_hold_what_heap_tables_hold_through_spills() {
 }
 
 #[test]
+fn batches_read_ahead_with_one_lookup_see_what_reads_one_at_a_time_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, mut heap, mut lsm) = side_by_side(&dir);
+    for batch in 0..40u64 {
+        let ops: Vec<u64> = (0..500).map(|j| batch * 500 + j * 7).collect();
+        // Keys repeat within a batch, some are dirty, frozen by a snapshot, cached or absent.
+        let keys: Vec<u64> = ops.iter().map(|i| i % 997).collect();
+        let current: Vec<CurrentKey<'_, u64>> =
+            keys.iter().map(|k| CurrentKey::new(k, MP)).collect();
+        lsm.prefetch(&current);
+        for &i in &ops {
+            apply(&mut heap, i);
+            apply(&mut lsm, i);
+        }
+        if batch % 5 == 4 {
+            store.begin_snapshot(batch);
+            lsm.snapshot(&mut Vec::new());
+            store.end_snapshot(batch);
+        }
+        lsm.maintain().unwrap();
+        for key in &current {
+            assert_eq!(
+                heap.0.get(key),
+                lsm.0.get(key),
+                "value of {} in batch {batch}",
+                key.key
+            );
+            assert_eq!(
+                heap.2.get(key, &"u1".to_string()),
+                lsm.2.get(key, &"u1".to_string())
+            );
+        }
+    }
+    assert_eq!(contents(&heap), contents(&lsm));
+}
+
+#[test]
 fn a_rocksdb_snapshot_restores_into_either_backend_at_another_parallelism() {
     let dir = tempfile::tempdir().unwrap();
     let all = KeyGroupRange::new(0, MP);

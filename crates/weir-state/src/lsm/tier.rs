@@ -437,6 +437,64 @@ impl<K: Key, E: Clone + Send + Sync + 'static, C: EntryCodec<Entry = E>> LsmTier
             })
     }
 
+    /// Reads the entries of `keys` that no tier holds from RocksDB in one batched lookup
+    /// (RocksDB's `MultiGet`: the keys sorted, each table file's index and filter searched once
+    /// for all of them) into the cache, where the reads of the batch's records then find them.
+    /// A failure is remembered as a failed read is.
+    pub(crate) fn prefetch(&self, keys: &[CurrentKey<'_, K>]) {
+        if let Err(e) = self.try_prefetch(keys) {
+            self.fail(e.to_string());
+        }
+    }
+
+    fn try_prefetch(&self, keys: &[CurrentKey<'_, K>]) -> Result<(), StateError> {
+        let mut encoded = Vec::new();
+        // The byte range of each wanted key in `encoded`, and its index in `keys`.
+        let mut wanted: Vec<(Range<usize>, usize)> = Vec::new();
+        let mut one = self.key_bytes.borrow_mut();
+        for (i, key) in keys.iter().enumerate() {
+            let held = self.dirty.contains_key(key.key)
+                || self.frozen.iter().any(|(w, _)| w.contains_key(key.key))
+                || self.cache.get(key.key).is_some();
+            if held {
+                continue;
+            }
+            db_key(&mut one, &self.name, key.key, self.max_parallelism)?;
+            let start = encoded.len();
+            encoded.extend_from_slice(&one);
+            wanted.push((start..encoded.len(), i));
+        }
+        if wanted.len() < 2 {
+            return Ok(()); // one read is as cheap on its own
+        }
+        wanted.sort_unstable_by(|a, b| encoded[a.0.clone()].cmp(&encoded[b.0.clone()]));
+        wanted.dedup_by(|a, b| encoded[a.0.clone()] == encoded[b.0.clone()]);
+        let family = self.store.family(&self.name)?;
+        let found = self.store.db().batched_multi_get_cf(
+            family,
+            wanted.iter().map(|(range, _)| &encoded[range.clone()]),
+            true,
+        );
+        for ((_, i), value) in wanted.iter().zip(found) {
+            let value = value.map_err(|e| backend_error(format!("RocksDB read failed: {e}")))?;
+            let key = &keys[*i];
+            let entry = match value {
+                Some(bytes) => {
+                    Some(
+                        decode_entry::<E, C>(&bytes).map_err(|reason| StateError::Decode {
+                            table: self.name.to_string(),
+                            key_group: key.key_group,
+                            reason,
+                        })?,
+                    )
+                }
+                None => None,
+            };
+            self.cache.insert(key.key.clone(), Box::new(entry));
+        }
+        Ok(())
+    }
+
     fn fail(&self, reason: String) {
         self.failure.borrow_mut().get_or_insert(reason);
     }

@@ -3,6 +3,7 @@
 //! A Flink user finds the same keys: `execution.checkpointing.interval`, `.timeout`,
 //! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
 //! `.num-retained`, `.dir`, `.incremental`, `.data-inline-threshold`,
+//! `.checkpoints-after-tasks-finish` (always on),
 //! `pipeline.max-parallelism`, the keyed state backend `state.backend.type` with
 //! `state.backend.rocksdb.localdir` and `.memory.fixed-per-slot` ([`StateBackendConfig`]), and for `s3://`
 //! checkpoint directories `s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
@@ -67,6 +68,10 @@ pub const OPTIONS: &[(&str, &str)] = &[
     ("execution.checkpointing.dir", "./weir-data/checkpoints"),
     ("execution.checkpointing.incremental", "true"),
     ("execution.checkpointing.data-inline-threshold", "20 kb"),
+    (
+        "execution.checkpointing.checkpoints-after-tasks-finish",
+        "true",
+    ),
     (
         "execution.checkpointing.savepoint-dir",
         "(none; weir demo: ./weir-data/savepoints)",
@@ -454,6 +459,17 @@ impl CheckpointConfig {
                 }
             },
         };
+        let key = "execution.checkpointing.checkpoints-after-tasks-finish";
+        if config.get_bool(key)? == Some(false) {
+            return Err(invalid(
+                key,
+                "false",
+                "Weir always goes on checkpointing after a source ends: the source stays in the \
+                 job, answering every checkpoint with its final position, until all sources \
+                 have ended and the job takes its final checkpoint"
+                    .into(),
+            ));
+        }
         let c = CheckpointConfig {
             interval: config.get_duration("execution.checkpointing.interval")?,
             timeout: config
@@ -607,6 +623,21 @@ mod tests {
             err.contains(key) && err.contains("not a memory size"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn checkpoints_after_tasks_finish_is_always_on() {
+        let key = "execution.checkpointing.checkpoints-after-tasks-finish";
+        let read = |value: &str| {
+            let mut config = Config::new();
+            config.set(key, value)?;
+            CheckpointConfig::from_config(&config).map(|_| ())
+        };
+        read("true").unwrap();
+        let err = read("false").unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains("always"), "{err}");
+        let err = read("sometimes").unwrap_err().to_string();
+        assert!(err.contains(key), "{err}");
     }
 
     #[test]

@@ -30,6 +30,12 @@ pub struct WordcountArgs {
     /// Where committed output files go; in-progress files there are hidden (dot-prefixed).
     #[arg(long, value_name = "DIR")]
     pub output: PathBuf,
+    /// A second input beside --input (a file or a directory), read once by a source of its
+    /// own: its words are counted with the others. Being bounded, it usually ends long before
+    /// a large or watched --input; checkpoints go on after it ended, and a restore does not
+    /// read it again.
+    #[arg(long, value_name = "PATH")]
+    pub side_input: Option<PathBuf>,
     #[command(flatten)]
     pub job: JobArgs,
     /// Keep watching the input directory for new files at this interval (e.g. 1s) instead of
@@ -90,7 +96,8 @@ pub struct Wordcount {
     pub exec: weir_runtime::ExecutionConfig,
     /// The options the job was built with (file, environment, `-D`, flags).
     pub config: weir_core::Config,
-    skipped: Arc<std::sync::atomic::AtomicU64>,
+    /// Per source (--input, then --side-input).
+    skipped: Vec<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// Builds the job from its flags. Every process of a cluster calls this with the same flags
@@ -100,6 +107,9 @@ pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError>
         return Err(CliError::usage("wordcount needs --checkpoint-dir DIR"));
     }
     check_input(&args.input).map_err(CliError::usage)?;
+    if let Some(side) = &args.side_input {
+        check_input(side).map_err(|e| CliError::usage(format!("--side-input: {e}")))?;
+    }
     if args.output.exists() && !args.output.is_dir() {
         return Err(CliError::usage(format!(
             "output {} exists and is not a directory",
@@ -127,13 +137,21 @@ pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError>
     if let Some(interval) = args.monitor_interval {
         source = source.monitor_continuously(interval);
     }
-    let skipped = source.skipped();
+    let mut skipped = vec![source.skipped()];
     let env = StreamEnv::with_config("wordcount", &config)?;
     let format = Arc::new(|(word, count): &(String, u64), line: &mut Vec<u8>| {
         let _ = write!(line, "{word}\t{count}");
     });
-    let words = env
-        .source("lines", source)
+    let mut lines = env.source("lines", source);
+    if let Some(side) = &args.side_input {
+        let mut source = FileSource::new(side);
+        if args.skip_invalid_utf8 {
+            source = source.skip_invalid_utf8();
+        }
+        skipped.push(source.skipped());
+        lines = lines.union(env.source("side-lines", source));
+    }
+    let words = lines
         .flat_map("words", |line: String| {
             line.split_whitespace()
                 .map(str::to_string)
@@ -203,7 +221,7 @@ pub fn run_on(
             format!(" (recovery ms: {:?})", summary.recovery_ms)
         }
     );
-    let skipped = skipped.load(Ordering::Relaxed);
+    let skipped: u64 = skipped.iter().map(|s| s.load(Ordering::Relaxed)).sum();
     if skipped > 0 {
         println!("skipped {skipped} lines that were not UTF-8");
     }

@@ -11,3 +11,4 @@ mod kill_and_resume;
 mod pg_replicate;
 mod restore_matrix;
 mod soak;
+mod sources_ending;

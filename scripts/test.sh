@@ -124,9 +124,9 @@ export WEIR_STATE_BACKEND_TYPE=rocksdb
 PROPTEST_CASES=16 cargo test --workspace "${features[@]}" \
   --test keyed_state_properties --test timers --test state_ttl --test nexmark_queries \
   --test checkpoint_rules --test idle_sources --test joins --test savepoints \
-  --test stop_drain --test watermark_alignment --test windows "$@"
+  --test stop_drain --test watermark_alignment --test windows --test tasks_finishing "$@"
 cargo test --workspace "${features[@]}" --test e2e "$@" -- \
-  restore_matrix:: chaos::twenty_runs chaos::five_runs kill_and_resume:: \
+  restore_matrix:: chaos::twenty_runs chaos::five_runs kill_and_resume:: sources_ending:: \
   cluster::a_task_manager_killed
 unset WEIR_STATE_BACKEND_TYPE
 # Last: documentation tests build the libraries without the tests' dev-dependencies, which the

@@ -413,11 +413,10 @@ fn persist_lsm(
         (what, e)
     };
     for (name, local, path) in uploads {
-        let handle = match read_chunks(&local).and_then(|chunks| {
-            storage
-                .write_shared_file(path, kind, chunks)
-                .map_err(|e| e.to_string())
-        }) {
+        let handle = match storage
+            .write_shared_file_from(path, kind, &local)
+            .map_err(|e| e.to_string())
+        {
             Ok(h) => h,
             Err(e) => return Err(fail(&written, "uploading a RocksDB table file", e)),
         };
@@ -458,27 +457,6 @@ fn persist_lsm(
     handles.insert(0, manifest_handle);
     handles.extend(written);
     Ok((referencing(handles, persisted_size), new_shared))
-}
-
-/// A local file's bytes in chunks of a few megabytes, as a shared file is written.
-#[cfg(feature = "rocksdb")]
-fn read_chunks(path: &std::path::Path) -> Result<Vec<Vec<u8>>, String> {
-    use std::io::Read;
-    const CHUNK: usize = 4 << 20;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut chunks = Vec::new();
-    loop {
-        let mut chunk = Vec::with_capacity(CHUNK);
-        let read = (&mut file)
-            .take(CHUNK as u64)
-            .read_to_end(&mut chunk)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if read == 0 {
-            return Ok(chunks);
-        }
-        chunks.push(chunk);
-    }
 }
 
 /// Adds to `handles` a shared handle for every file the chains of an incremental snapshot

@@ -6,12 +6,19 @@ use crate::faults;
 use crate::StorageError;
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::runtime::Runtime;
+
+/// Files larger than this are written and read a part of this size at a time (a multipart
+/// upload to an object store).
+pub(crate) const STREAMED_PART: usize = 8 << 20;
+
+/// Parts of one multipart upload in flight at once.
+const UPLOADS_IN_FLIGHT: usize = 2;
 
 /// Attempts of one operation on a remote store before its error is reported.
 const ATTEMPTS: u32 = 4;
@@ -145,6 +152,117 @@ impl ObjectIo {
         Ok(())
     }
 
+    /// Writes the object `relative` from the local file `local` and returns the size and
+    /// CRC-32C of what was written. A file of at most [`STREAMED_PART`] bytes is one put; a
+    /// larger one is written a part at a time (a multipart upload; a local store stages the
+    /// parts in a temp file, fsyncs and renames it), so memory holds a few parts whatever the
+    /// file's size. Atomic as `put` is: an upload that fails is aborted.
+    pub fn put_file(&self, relative: &str, local: &Path) -> Result<(u64, u32), StorageError> {
+        let io_error = |source| StorageError::Io {
+            path: local.display().to_string(),
+            source,
+        };
+        let size = std::fs::metadata(local).map_err(io_error)?.len();
+        if size <= STREAMED_PART as u64 {
+            let bytes = std::fs::read(local).map_err(io_error)?;
+            let written = (bytes.len() as u64, crc32c::crc32c(&bytes));
+            self.put(relative, bytes)?;
+            return Ok(written);
+        }
+        if let Some(e) = faults::check("put", relative) {
+            return Err(StorageError::Io {
+                path: self.display(relative),
+                source: e,
+            });
+        }
+        let key = self.key(relative);
+        let upload = self.run(relative, || self.store.put_multipart(&key))?;
+        // Parts are uploaded by tasks of the storage runtime, spawned as they fill.
+        let _runtime = runtime().enter();
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, STREAMED_PART);
+        let mut file = std::fs::File::open(local).map_err(io_error)?;
+        let mut buffer = vec![0; STREAMED_PART];
+        let (mut written, mut crc) = (0u64, 0u32);
+        loop {
+            let read = match read_full(&mut file, &mut buffer) {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = runtime().block_on(writer.abort());
+                    return Err(io_error(e));
+                }
+            };
+            if read == 0 {
+                break;
+            }
+            crc = crc32c::crc32c_append(crc, &buffer[..read]);
+            written += read as u64;
+            if let Err(e) = runtime().block_on(writer.wait_for_capacity(UPLOADS_IN_FLIGHT)) {
+                let _ = runtime().block_on(writer.abort());
+                return Err(self.error(relative, e));
+            }
+            writer.write(&buffer[..read]);
+        }
+        runtime()
+            .block_on(writer.finish())
+            .map_err(|e| self.error(relative, e))?;
+        Ok((written, crc))
+    }
+
+    /// Copies the object `relative` into the local file `dest` (created or truncated) a part
+    /// at a time, and returns the size and CRC-32C of what was read.
+    pub fn get_to_file(&self, relative: &str, dest: &Path) -> Result<(u64, u32), StorageError> {
+        use std::io::Write;
+        if let Some(e) = faults::check("get", relative) {
+            return Err(StorageError::Io {
+                path: self.display(relative),
+                source: e,
+            });
+        }
+        let dest_error = |source| StorageError::Io {
+            path: dest.display().to_string(),
+            source,
+        };
+        let mut out = std::fs::File::create(dest).map_err(dest_error)?;
+        let (mut read, mut crc) = (0u64, 0u32);
+        if let Some(dir) = &self.local_dir {
+            let source = dir.join(relative.trim_matches('/'));
+            let mut file = std::fs::File::open(&source).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => StorageError::Missing {
+                    path: self.display(relative),
+                },
+                _ => StorageError::Io {
+                    path: self.display(relative),
+                    source: e,
+                },
+            })?;
+            let mut buffer = vec![0; STREAMED_PART];
+            loop {
+                let n = read_full(&mut file, &mut buffer).map_err(|source| StorageError::Io {
+                    path: self.display(relative),
+                    source,
+                })?;
+                if n == 0 {
+                    return Ok((read, crc));
+                }
+                crc = crc32c::crc32c_append(crc, &buffer[..n]);
+                read += n as u64;
+                out.write_all(&buffer[..n]).map_err(dest_error)?;
+            }
+        }
+        let key = self.key(relative);
+        let got = self.run(relative, || self.store.get(&key))?;
+        let mut stream = got.into_stream();
+        while let Some(chunk) = runtime()
+            .block_on(stream.try_next())
+            .map_err(|e| self.error(relative, e))?
+        {
+            crc = crc32c::crc32c_append(crc, &chunk);
+            read += chunk.len() as u64;
+            out.write_all(&chunk).map_err(dest_error)?;
+        }
+        Ok((read, crc))
+    }
+
     /// Reads an object whole; a large local file around the page cache (see
     /// [`direct_read`](crate::direct_read)).
     pub fn get(&self, relative: &str) -> Result<Vec<u8>, StorageError> {
@@ -235,6 +353,21 @@ impl ObjectIo {
             })
             .collect())
     }
+}
+
+/// Reads until `buffer` is full or the file ends; the bytes read.
+fn read_full(file: &mut std::fs::File, buffer: &mut [u8]) -> std::io::Result<usize> {
+    use std::io::Read;
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match file.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 fn is_transient(e: &object_store::Error) -> bool {

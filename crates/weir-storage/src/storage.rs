@@ -167,6 +167,48 @@ impl CheckpointStorage {
         })
     }
 
+    /// Writes one shared state file from the local file `local`, read a part at a time
+    /// (memory holds a few parts whatever the file's size), and returns its handle.
+    pub fn write_shared_file_from(
+        &self,
+        relative: String,
+        kind: HandleKind,
+        local: &Path,
+    ) -> Result<StateHandle, StorageError> {
+        let (size, checksum) = self.io.put_file(&relative, local)?;
+        Ok(StateHandle {
+            path: relative,
+            size,
+            checksum,
+            kind,
+            shared: true,
+            inline: None,
+        })
+    }
+
+    /// Copies a state file (or inline state) into the local file `dest`, a part at a time,
+    /// and verifies its size and checksum against the handle; a file that fails is removed.
+    pub fn fetch_state_file(&self, handle: &StateHandle, dest: &Path) -> Result<(), StorageError> {
+        let path = self.display_state(handle);
+        let fetched = match &handle.inline {
+            Some(bytes) => std::fs::write(dest, bytes)
+                .map(|_| (bytes.len() as u64, crc32c::crc32c(bytes)))
+                .map_err(|source| StorageError::Io {
+                    path: dest.display().to_string(),
+                    source,
+                }),
+            None => self.io.get_to_file(&handle.path, dest),
+        };
+        let checked = fetched.and_then(|(size, checksum)| {
+            check_size(&path, size, handle.size)?;
+            check_checksum(&path, checksum, handle.checksum)
+        });
+        if checked.is_err() {
+            let _ = std::fs::remove_file(dest);
+        }
+        checked
+    }
+
     fn write(
         &self,
         relative: String,
@@ -446,11 +488,14 @@ pub(crate) fn check_file(
     checksum: u32,
 ) -> Result<(), StorageError> {
     check_size(path, bytes.len() as u64, size)?;
-    let actual = crc32c::crc32c(bytes);
-    if actual != checksum {
+    check_checksum(path, crc32c::crc32c(bytes), checksum)
+}
+
+fn check_checksum(path: &str, actual: u32, expected: u32) -> Result<(), StorageError> {
+    if actual != expected {
         return Err(StorageError::Corrupt {
             path: path.to_string(),
-            reason: format!("checksum mismatch (expected {checksum:08x}, computed {actual:08x})"),
+            reason: format!("checksum mismatch (expected {expected:08x}, computed {actual:08x})"),
         });
     }
     Ok(())

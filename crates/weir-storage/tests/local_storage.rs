@@ -325,3 +325,64 @@ fn a_damaged_claim_is_an_error_naming_it_and_starting_over_drops_it() {
     s.discard_all().unwrap();
     assert_eq!(weir_storage::claim::pending(&s).unwrap(), None);
 }
+
+/// `len` bytes that differ from part to part (so that a part written twice or out of order
+/// shows).
+fn varied_bytes(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_large_file_is_written_and_fetched_a_part_at_a_time_and_damage_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir);
+    let local = tempfile::tempdir().unwrap();
+    let kind = HandleKind::Keyed {
+        key_groups: weir_core::KeyGroupRange::new(0, 128),
+    };
+    // Several parts and a short last one; and a file small enough for one put.
+    for (name, len) in [("big.sst", (8 << 20) * 2 + 12_345), ("small.sst", 1000)] {
+        let bytes = varied_bytes(len);
+        let source = local.path().join(name);
+        std::fs::write(&source, &bytes).unwrap();
+        let handle = s
+            .write_shared_file_from(format!("shared/{name}"), kind, &source)
+            .unwrap();
+        assert_eq!(handle.size, len as u64);
+        assert_eq!(handle.checksum, crc32c::crc32c(&bytes));
+        assert!(handle.shared);
+        let stored = dir.path().join("job").join(&handle.path);
+        assert_eq!(std::fs::read(&stored).unwrap(), bytes, "{name} as stored");
+
+        let dest = local.path().join(format!("fetched-{name}"));
+        s.fetch_state_file(&handle, &dest).unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), bytes, "{name} as fetched");
+
+        let mut damaged = bytes.clone();
+        damaged[len / 2] ^= 1;
+        std::fs::write(&stored, &damaged).unwrap();
+        let err = s.fetch_state_file(&handle, &dest).unwrap_err().to_string();
+        assert!(err.contains("checksum mismatch"), "{err}");
+        assert!(err.contains(&handle.path), "{err}");
+        assert!(!dest.exists(), "a damaged file is not left behind");
+        std::fs::write(&stored, &bytes[..len - 1]).unwrap();
+        let err = s.fetch_state_file(&handle, &dest).unwrap_err().to_string();
+        assert!(err.contains("truncated"), "{err}");
+        std::fs::remove_file(&stored).unwrap();
+        let err = s.fetch_state_file(&handle, &dest).unwrap_err().to_string();
+        assert!(err.contains("missing"), "{err}");
+    }
+    let err = s
+        .write_shared_file_from("shared/none.sst".into(), kind, &local.path().join("none"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("none"), "{err}");
+}

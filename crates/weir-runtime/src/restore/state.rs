@@ -305,18 +305,18 @@ fn unusable(
     ))
 }
 
-/// Reads (and verifies) a table file of `state`'s native RocksDB snapshot; an error names the
-/// checkpoint and the file.
+/// Copies (and verifies) a table file of `state`'s native RocksDB snapshot to a local path, a
+/// part at a time; an error names the checkpoint and the file.
 #[cfg(feature = "rocksdb")]
 fn table_files<'a>(
     storage: &'a CheckpointStorage,
     metadata: &'a CheckpointMetadata,
     state: &'a SubtaskState,
-) -> impl FnMut(&weir_state::LsmFile) -> Result<Vec<u8>, String> + 'a {
-    move |file| {
+) -> impl FnMut(&weir_state::LsmFile, &Path) -> Result<(), String> + 'a {
+    move |file, dest| {
         let handle = shared_handle(state, &file.file);
         storage
-            .read_state_file(&handle)
+            .fetch_state_file(&handle, dest)
             .map_err(|e| located(storage, metadata, e).to_string())
     }
 }

@@ -71,7 +71,7 @@ pub fn fetch_native(
     checkpoint: u64,
     owned: bool,
     scratch: &Path,
-    fetch: &mut dyn FnMut(&LsmFile) -> Result<Vec<u8>, String>,
+    fetch: &mut dyn FnMut(&LsmFile, &Path) -> Result<(), String>,
 ) -> Result<NativeState, StateError> {
     let dir = fetch_files(manifest, scratch, fetch)?;
     let uploaded = owned.then(|| {
@@ -106,13 +106,13 @@ impl RestoredDb {
 }
 
 /// The key groups of `range` held by the native snapshot `manifest`, as a reader. `fetch`
-/// gives the verified bytes of a table file; the files are put in a directory of their own
+/// copies a table file, verified, to the path it is given: a directory of its own
 /// under `scratch`, removed before this returns.
 pub fn read_native(
     manifest: &LsmManifest,
     range: KeyGroupRange,
     scratch: &Path,
-    fetch: &mut dyn FnMut(&LsmFile) -> Result<Vec<u8>, String>,
+    fetch: &mut dyn FnMut(&LsmFile, &Path) -> Result<(), String>,
 ) -> Result<KeyedSnapshotReader, StateError> {
     let held = manifest.key_groups;
     let start = held.start.max(range.start);
@@ -141,7 +141,7 @@ pub fn read_native(
 fn open(
     manifest: &LsmManifest,
     scratch: &Path,
-    fetch: &mut dyn FnMut(&LsmFile) -> Result<Vec<u8>, String>,
+    fetch: &mut dyn FnMut(&LsmFile, &Path) -> Result<(), String>,
 ) -> Result<RestoredDb, StateError> {
     let dir = fetch_files(manifest, scratch, fetch)?;
     let options = Options::default();
@@ -157,7 +157,7 @@ fn open(
 fn fetch_files(
     manifest: &LsmManifest,
     scratch: &Path,
-    fetch: &mut dyn FnMut(&LsmFile) -> Result<Vec<u8>, String>,
+    fetch: &mut dyn FnMut(&LsmFile, &Path) -> Result<(), String>,
 ) -> Result<tempfile::TempDir, StateError> {
     std::fs::create_dir_all(scratch).map_err(|e| {
         backend_error(format!(
@@ -183,8 +183,7 @@ fn fetch_files(
         })
     };
     for file in &manifest.files {
-        let bytes = fetch(file).map_err(backend_error)?;
-        write(&file.name, &bytes)?;
+        fetch(file, &dir.path().join(&file.name)).map_err(backend_error)?;
     }
     for (name, bytes) in &manifest.small_files {
         write(name, bytes)?;

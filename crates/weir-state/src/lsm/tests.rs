@@ -322,8 +322,10 @@ impl Uploaded {
     }
 
     fn read(&self, manifest: &LsmManifest, range: KeyGroupRange) -> KeyedSnapshotReader {
-        let mut fetch = |file: &LsmFile| {
-            std::fs::read(self.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+        let mut fetch = |file: &LsmFile, dest: &std::path::Path| {
+            std::fs::copy(self.dir.path().join(&file.file.path), dest)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         };
         read_native(manifest, range, self.dir.path(), &mut fetch).unwrap()
     }
@@ -411,8 +413,10 @@ impl Uploaded {
         dir: &tempfile::TempDir,
         tables: &[String],
     ) -> (KeyGroupRange, Arc<LsmStore>) {
-        let mut fetch = |file: &LsmFile| {
-            std::fs::read(self.dir.path().join(&file.file.path)).map_err(|e| e.to_string())
+        let mut fetch = |file: &LsmFile, dest: &std::path::Path| {
+            std::fs::copy(self.dir.path().join(&file.file.path), dest)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         };
         let native = fetch_native(manifest, checkpoint, owned, dir.path(), &mut fetch).unwrap();
         let held = native.key_groups();
@@ -549,12 +553,12 @@ fn a_snapshot_taken_before_a_completion_is_known_uploads_its_own_copies() {
 fn a_truncated_or_missing_table_file_fails_the_restore_with_an_error() {
     let (_dir, storage, s, mut lsm) = written_store(5_000);
     let (manifest, _, _) = storage.snapshot(&mut lsm, &s, 1);
-    let truncated = |file: &LsmFile| {
+    let truncated = |file: &LsmFile, dest: &std::path::Path| {
         let bytes = std::fs::read(storage.dir.path().join(&file.file.path)).unwrap();
-        Ok(bytes[..bytes.len() / 2].to_vec())
+        std::fs::write(dest, &bytes[..bytes.len() / 2]).map_err(|e| e.to_string())
     };
-    let missing = |_: &LsmFile| Err("shared/x.sst: no such file".to_string());
-    type Fetch<'a> = Box<dyn FnMut(&LsmFile) -> Result<Vec<u8>, String> + 'a>;
+    let missing = |_: &LsmFile, _: &std::path::Path| Err("shared/x.sst: no such file".to_string());
+    type Fetch<'a> = Box<dyn FnMut(&LsmFile, &std::path::Path) -> Result<(), String> + 'a>;
     let mut fetches: [Fetch; 2] = [Box::new(truncated), Box::new(missing)];
     for fetch in &mut fetches {
         let Err(err) = read_native(

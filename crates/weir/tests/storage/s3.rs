@@ -126,3 +126,51 @@ fn state_files_on_s3_round_trip_and_damage_is_detected() {
     assert!(err.contains("missing"), "{err}");
     assert!(storage.list_checkpoint_dirs().unwrap().is_empty());
 }
+
+#[test]
+fn a_large_table_file_goes_to_s3_in_parts_and_comes_back_verified() {
+    let (endpoint, bucket) = s3_server();
+    let location = format!("s3://{bucket}/{}", unique("parts"));
+    let storage = CheckpointStorage::open_location(&location, "job", &s3_options(&endpoint))
+        .expect("open S3 storage");
+    let local = tempfile::tempdir().unwrap();
+    // Three parts of a multipart upload, the last one short.
+    let mut x = 7u64;
+    let bytes: Vec<u8> = (0..(8 << 20) * 2 + 4321)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u8
+        })
+        .collect();
+    let source = local.path().join("000042.sst");
+    std::fs::write(&source, &bytes).unwrap();
+    let kind = HandleKind::Keyed {
+        key_groups: weir_core::KeyGroupRange::new(0, 128),
+    };
+    let handle = storage
+        .write_shared_file_from("shared/1-table.sst".into(), kind, &source)
+        .unwrap();
+    assert_eq!(handle.size, bytes.len() as u64);
+    let dest = local.path().join("fetched.sst");
+    storage.fetch_state_file(&handle, &dest).unwrap();
+    assert!(
+        std::fs::read(&dest).unwrap() == bytes,
+        "the fetched file differs"
+    );
+
+    // The same name with other bytes (a damaged copy) fails its checksum and leaves nothing.
+    let mut other = bytes.clone();
+    other[5 << 20] ^= 0xff;
+    std::fs::write(&source, &other).unwrap();
+    storage
+        .write_shared_file_from(handle.path.clone(), kind, &source)
+        .unwrap();
+    let err = storage
+        .fetch_state_file(&handle, &dest)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("checksum mismatch"), "{err}");
+    assert!(!dest.exists());
+}

@@ -11,8 +11,8 @@ use crate::expiry::TtlCompaction;
 use crate::LsmUsage;
 use rocksdb::compaction_filter::Decision as CompactionDecision;
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Options,
-    WriteBatch, WriteOptions, DB,
+    BlockBasedIndexType, BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor,
+    DBCompressionType, Options, WriteBatch, WriteOptions, DB,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -186,12 +186,18 @@ impl LsmStore {
         };
         LsmUsage {
             memory_budget: self.memory_budget,
-            // One cache shared by every table: read once.
+            // One cache shared by every table: read once, through a table's column family
+            // (the default family, which holds nothing, reports a cache of its own).
             block_cache_usage: self
-                .db
-                .property_int_value("rocksdb.block-cache-usage")
-                .ok()
-                .flatten()
+                .families
+                .first()
+                .and_then(|f| self.db.cf_handle(f))
+                .and_then(|cf| {
+                    self.db
+                        .property_int_value_cf(cf, "rocksdb.block-cache-usage")
+                        .ok()
+                        .flatten()
+                })
                 .unwrap_or(0),
             mem_tables: property("rocksdb.cur-size-all-mem-tables"),
             table_readers: property("rocksdb.estimate-table-readers-mem"),
@@ -396,8 +402,17 @@ fn db_options(memory: u64, tables: usize) -> Result<Options, StateError> {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);
     table.set_bloom_filter(10.0, false);
-    // Index and filter blocks stay outside the block cache: inside a small one they evict each
-    // other and every read goes to disk.
+    // Index and filter blocks live in the block cache, so that the memory option bounds them
+    // too (they grow with the state: about 1.3 bytes per key for the filters alone). They are
+    // partitioned, so that a large table file's index and filter never have to fit the cache
+    // whole: only the small top level of each is pinned, and the partitions a read needs come
+    // and go with the data blocks. (Unpartitioned, a small cache thrashes on them.)
+    table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+    table.set_partition_filters(true);
+    table.set_metadata_block_size(4096);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_top_level_index_and_filter(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     options.set_block_based_table_factory(&table);
     Ok(options)
 }

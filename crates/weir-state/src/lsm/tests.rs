@@ -194,6 +194,36 @@ fn batches_read_ahead_with_one_lookup_see_what_reads_one_at_a_time_see() {
 }
 
 #[test]
+fn index_and_filter_blocks_are_held_in_the_block_cache_not_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(&dir, &tables());
+    let mut t = open(KeyGroupRange::new(0, MP), Some(&s));
+    for k in 0..1_000_000u64 {
+        t.0.set(&CurrentKey::new(&k, MP), String::new());
+        if k % 50_000 == 0 {
+            t.maintain().unwrap();
+        }
+    }
+    t.maintain().unwrap();
+    for name in names(&t) {
+        s.db().flush_cf(s.family(&name).unwrap()).unwrap();
+    }
+    for k in (0..1_000_000u64).step_by(997) {
+        assert_eq!(t.0.get(&CurrentKey::new(&k, MP)), Some(&String::new()));
+    }
+    let usage = s.usage();
+    assert!(usage.sst_files > 1 << 20, "{usage:?}");
+    // Outside the cache a million keys' filters alone take over a megabyte.
+    assert!(usage.table_readers < 256 << 10, "{usage:?}");
+    // The reads went through the cache the tables share, which stays within its half.
+    assert!(usage.block_cache_usage > 1 << 20, "{usage:?}");
+    assert!(
+        usage.block_cache_usage <= usage.memory_budget / 2,
+        "{usage:?}"
+    );
+}
+
+#[test]
 fn a_rocksdb_snapshot_restores_into_either_backend_at_another_parallelism() {
     let dir = tempfile::tempdir().unwrap();
     let all = KeyGroupRange::new(0, MP);

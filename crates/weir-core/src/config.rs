@@ -3,7 +3,7 @@
 //! A Flink user finds the same keys: `execution.checkpointing.interval`, `.timeout`,
 //! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
 //! `.num-retained`, `.dir`, `.incremental`, `.data-inline-threshold`,
-//! `.checkpoints-after-tasks-finish` (always on),
+//! `.checkpoints-after-tasks-finish` (always on), `.unaligned.enabled`,
 //! `pipeline.max-parallelism`, the keyed state backend `state.backend.type` with
 //! `state.backend.rocksdb.localdir` and `.memory.fixed-per-slot` ([`StateBackendConfig`]), and for `s3://`
 //! checkpoint directories `s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
@@ -68,6 +68,7 @@ pub const OPTIONS: &[(&str, &str)] = &[
     ("execution.checkpointing.dir", "./weir-data/checkpoints"),
     ("execution.checkpointing.incremental", "true"),
     ("execution.checkpointing.data-inline-threshold", "20 kb"),
+    ("execution.checkpointing.unaligned.enabled", "false"),
     (
         "execution.checkpointing.checkpoints-after-tasks-finish",
         "true",
@@ -360,6 +361,10 @@ pub struct CheckpointConfig {
     pub num_retained: u32,
     pub dir: PathBuf,
     pub incremental: bool,
+    /// Unaligned checkpoints (`execution.checkpointing.unaligned.enabled`): barriers overtake
+    /// the data queued in the channels, which is stored with the checkpoint. Savepoints stay
+    /// aligned.
+    pub unaligned: bool,
     /// Private state of at most this many bytes (operator state, a manifest, a small
     /// snapshot) is kept inline in the checkpoint's metadata instead of a file of its own.
     pub data_inline_threshold: usize,
@@ -433,6 +438,7 @@ impl Default for CheckpointConfig {
             num_retained: 3,
             dir: PathBuf::from("./weir-data/checkpoints"),
             incremental: true,
+            unaligned: false,
             data_inline_threshold: 20 * 1024,
             history_size: 10,
             s3: S3Options::default(),
@@ -495,6 +501,9 @@ impl CheckpointConfig {
             incremental: config
                 .get_bool("execution.checkpointing.incremental")?
                 .unwrap_or(d.incremental),
+            unaligned: config
+                .get_bool("execution.checkpointing.unaligned.enabled")?
+                .unwrap_or(d.unaligned),
             // Sizes past `usize` saturate; `validate` refuses anything over 1 mb.
             data_inline_threshold: config
                 .get_memory_size("execution.checkpointing.data-inline-threshold")?
@@ -519,6 +528,13 @@ impl CheckpointConfig {
                 reason.to_string(),
             ))
         };
+        if self.unaligned && self.mode == CheckpointingMode::AtLeastOnce {
+            return fail(
+                "unaligned.enabled",
+                "true".into(),
+                "unaligned checkpoints are exactly-once checkpoints: not with mode AT_LEAST_ONCE",
+            );
+        }
         if let Some(i) = self.interval {
             if i < Duration::from_millis(10) {
                 return fail("interval", format!("{i:?}"), "must be at least 10 ms");

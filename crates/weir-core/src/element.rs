@@ -18,6 +18,9 @@ pub struct Barrier {
     /// Trigger time, milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
     pub kind: CheckpointKind,
+    /// An unaligned checkpoint's barrier: it overtakes the data queued ahead of it, and that
+    /// data is stored with the checkpoint (see the runtime's input gate). Savepoints never are.
+    pub unaligned: bool,
 }
 
 /// Whether a channel's producer currently holds back the event time of its consumers.

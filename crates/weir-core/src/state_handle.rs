@@ -10,6 +10,9 @@ pub enum HandleKind {
     Keyed { key_groups: KeyGroupRange },
     /// Non-keyed operator state (for example a source's read position).
     Operator,
+    /// The channel state of an unaligned checkpoint: what a subtask's input channels held
+    /// ahead of the barrier.
+    Channels,
 }
 
 /// A pointer to one persisted piece of state: a file, or bytes kept inline.

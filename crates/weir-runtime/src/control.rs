@@ -27,6 +27,10 @@ pub enum TaskControl {
     },
     /// Sources only: end input now, without a checkpoint.
     Finish,
+    /// An unaligned checkpoint's barrier, sent by an upstream subtask ahead of the data it
+    /// queued on its channels to this subtask; the same barrier follows that data in each
+    /// channel, marking where the channel's part of the checkpoint ends.
+    PriorityBarrier(Barrier),
     NotifyComplete(CheckpointId),
     NotifyAborted(CheckpointId),
     /// Stop at once (failure elsewhere, or job cancelled).

@@ -1,6 +1,6 @@
 //! Deploying one attempt of a job: every channel, writer and subtask, on its own thread.
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -129,6 +129,24 @@ pub fn deploy(
 ) -> Result<Deployed, JobError> {
     let n = graph.nodes.len();
     let is_local = |s: SubtaskId| network.is_none_or(|net| net.is_local(s));
+    if network.is_some() && config.checkpoint.unaligned {
+        return Err(JobError::InvalidJob(
+            "unaligned checkpoints (execution.checkpointing.unaligned.enabled) run in one process only for now: on a cluster, leave the option off (checkpoints are then aligned)".into(),
+        ));
+    }
+    // Every subtask's control channel, made first: an unaligned barrier reaches the subtasks
+    // downstream through theirs.
+    let mut controls: HashMap<SubtaskId, (Sender<TaskControl>, Receiver<TaskControl>)> =
+        HashMap::new();
+    let mut downstream: HashMap<SubtaskId, Vec<Sender<TaskControl>>> = HashMap::new();
+    for node in &graph.nodes {
+        for index in 0..node.parallelism {
+            let subtask = SubtaskId::new(node.id(), index);
+            if is_local(subtask) {
+                controls.insert(subtask, crossbeam_channel::unbounded());
+            }
+        }
+    }
     let mut inputs: Vec<Vec<Vec<Erased>>> = graph
         .nodes
         .iter()
@@ -161,6 +179,12 @@ pub fn deploy(
                         let (sink, receiver) = (edge.channel.local)(config.channel_capacity);
                         channels.push(sink);
                         inputs[edge.to][j].push(receiver);
+                        if let Some((control, _)) = controls.get(&consumer) {
+                            downstream
+                                .entry(producer)
+                                .or_default()
+                                .push(control.clone());
+                        }
                     }
                     (Some(net), true, false) => {
                         channels.push((edge.channel.remote_out)(net.outgoing(key, consumer)?));
@@ -213,7 +237,9 @@ pub fn deploy(
             let key_groups =
                 KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
             let restored = restored_states.next().unwrap_or_default();
-            let (control_tx, control_rx) = crossbeam_channel::unbounded();
+            let (control_tx, control_rx) = controls
+                .remove(&subtask)
+                .expect("a control channel was made for every local subtask");
             let metrics = Arc::new(SubtaskMetrics::default());
             let rt = TaskRuntime {
                 subtask,
@@ -247,6 +273,7 @@ pub fn deploy(
                 in_flight: 0,
                 snapshot_done: crossbeam_channel::unbounded(),
                 alignment: alignment.clone(),
+                downstream: downstream.remove(&subtask).unwrap_or_default(),
             };
             let ins = std::mem::take(&mut inputs[node_index][index as usize]);
             let outs = std::mem::take(&mut outputs[node_index][index as usize]);

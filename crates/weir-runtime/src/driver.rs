@@ -398,16 +398,22 @@ impl Driver {
                 kind,
                 sources,
             } => {
-                let barrier = Barrier {
-                    id: checkpoint,
-                    timestamp_ms,
-                    kind,
-                };
                 // Invariant: only the stop's own checkpoint ends the sources; a periodic one
                 // that starts meanwhile is an ordinary checkpoint.
                 let finish = (self.stopping.is_some()
                     && self.requests.get(&checkpoint).copied() == self.stopping)
                     .then_some(self.stop_drain);
+                // Invariant: savepoints and a job's final checkpoint are aligned. Nothing
+                // follows a final checkpoint to commit the records an unaligned barrier would
+                // overtake.
+                let barrier = Barrier {
+                    id: checkpoint,
+                    timestamp_ms,
+                    kind,
+                    unaligned: self.coordinator.config().unaligned
+                        && kind == CheckpointKind::Checkpoint
+                        && finish.is_none(),
+                };
                 tracing::debug!(%checkpoint, ?finish, "triggering checkpoint");
                 for s in sources {
                     self.send(s, TaskControl::Trigger { barrier, finish });

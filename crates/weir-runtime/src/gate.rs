@@ -13,10 +13,11 @@
 //! channel blocked for alignment delivers no watermark either until it is unblocked.
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use weir_core::{Barrier, CheckpointId, CheckpointingMode, Element, WatermarkStatus};
 
+use crate::channel_state::ChannelStateCodec;
 use crate::control::TaskControl;
 use crate::error::TaskError;
 use crate::watermark_valve::{ValveOutput, WatermarkValve};
@@ -39,6 +40,16 @@ pub enum GateEvent<T> {
         barrier: Barrier,
         alignment_ms: u64,
         start_delay_ms: u64,
+    },
+    /// An unaligned checkpoint's barrier reached the subtask: snapshot now and forward it.
+    /// `channels` is the channel state — what the input channels held ahead of the barrier,
+    /// encoded — which the gate hands to the operator next, before anything newer.
+    Unaligned {
+        barrier: Barrier,
+        /// From the barrier's first arrival to the last channel's part captured.
+        alignment_ms: u64,
+        start_delay_ms: u64,
+        channels: Vec<u8>,
     },
     Control(TaskControl),
     /// Every input channel has ended.
@@ -79,6 +90,18 @@ pub struct InputGate<T> {
     /// Per channel, for a channel from another process: grants its producer a credit for each
     /// element taken out of the queue.
     credits: Vec<Option<crate::remote::CreditReturn>>,
+    // Invariant: a channel's replay queue is read before the channel itself, so its elements
+    // keep their order.
+    /// Per channel: elements taken out of the channel but not handed on yet — captured by an
+    /// unaligned checkpoint, or restored from one.
+    replay: Vec<VecDeque<Element<T>>>,
+    /// Encodes the channel state of unaligned checkpoints; `None`: they are not taken here.
+    codec: Option<ChannelStateCodec<T>>,
+    /// An unaligned barrier seen by the last call's reading, to be captured before it returns
+    /// (and the channel it arrived on, already at its place).
+    capture: Option<(Barrier, Option<usize>)>,
+    /// Control messages that came during a capture, handed on after it.
+    deferred: VecDeque<TaskControl>,
 }
 
 impl<T> InputGate<T> {
@@ -103,7 +126,34 @@ impl<T> InputGate<T> {
             pending: None,
             next: 0,
             credits: Vec::new(),
+            replay: (0..n).map(|_| VecDeque::new()).collect(),
+            codec: None,
+            capture: None,
+            deferred: VecDeque::new(),
         }
+    }
+
+    /// Lets the gate take unaligned checkpoints, encoding their channel state with `codec`,
+    /// and hands it the channel state of the checkpoint it restores (`restored`), read before
+    /// anything newer on each channel.
+    pub fn with_channel_state(
+        mut self,
+        codec: ChannelStateCodec<T>,
+        restored: Option<&[u8]>,
+    ) -> Result<InputGate<T>, String> {
+        if let Some(bytes) = restored {
+            let channels = codec.decode(bytes)?;
+            if channels.len() != self.channels.len() {
+                return Err(format!(
+                    "the checkpoint holds in-flight data of {} input channels and this subtask has {}: in-flight data of unaligned checkpoints restores only into the same job at the same parallelism (restore from a savepoint, which is always aligned, to change it)",
+                    channels.len(),
+                    self.channels.len()
+                ));
+            }
+            self.replay = channels.into_iter().map(VecDeque::from).collect();
+        }
+        self.codec = Some(codec);
+        Ok(self)
     }
 
     /// Gives the gate the credit returns of its remote channels (in channel order; `None` for
@@ -132,14 +182,22 @@ impl<T> InputGate<T> {
                 self.end_reported = true;
                 return Ok(GateEvent::EndOfInput);
             }
-            match self.control.try_recv() {
-                Ok(c) => return Ok(self.on_control(c)),
-                Err(TryRecvError::Disconnected) => {
-                    return Ok(GateEvent::Control(TaskControl::Cancel))
-                }
-                Err(TryRecvError::Empty) => {}
+            let control = match self.deferred.pop_front() {
+                Some(c) => Some(c),
+                None => match self.control.try_recv() {
+                    Ok(c) => Some(c),
+                    Err(TryRecvError::Disconnected) => {
+                        return Ok(GateEvent::Control(TaskControl::Cancel))
+                    }
+                    Err(TryRecvError::Empty) => None,
+                },
+            };
+            if let Some(c) = control {
+                let event = self.on_control(c);
+                return self.captured_or(event);
             }
-            // Fast path while data flows: poll the readable channels round-robin.
+            // Fast path while data flows: poll the readable channels round-robin, each one's
+            // replay queue first.
             let n = self.channels.len();
             let mut polled = None;
             for k in 0..n {
@@ -147,31 +205,149 @@ impl<T> InputGate<T> {
                 if !self.readable(i) {
                     continue;
                 }
+                if let Some(e) = self.replay[i].pop_front() {
+                    polled = Some((i, e, false));
+                    break;
+                }
                 match self.channels[i].try_recv() {
                     Ok(e) => {
-                        polled = Some((i, e));
+                        polled = Some((i, e, true));
                         break;
                     }
                     Err(TryRecvError::Empty) => {}
                     Err(TryRecvError::Disconnected) => return Err(TaskError::ChannelClosed),
                 }
             }
-            let (i, element) = match polled {
+            let (i, element, from_channel) = match polled {
                 Some(p) => p,
                 None => match self.wait(deadline)? {
-                    Waited::Element(i, e) => (i, e),
-                    Waited::Control(c) => return Ok(self.on_control(c)),
+                    Waited::Element(i, e) => (i, e, true),
+                    Waited::Control(c) => {
+                        let event = self.on_control(c);
+                        return self.captured_or(event);
+                    }
                     Waited::Timeout => return Ok(GateEvent::Timeout),
                 },
             };
             self.next = (i + 1) % n.max(1);
-            if let Some(Some(credit)) = self.credits.get(i) {
-                credit();
+            if from_channel {
+                if let Some(Some(credit)) = self.credits.get(i) {
+                    credit();
+                }
             }
-            if let Some(event) = self.on_element(i, element) {
+            let event = self.on_element(i, element);
+            if self.capture.is_some() {
+                // The element was an unaligned barrier: nothing else came of it.
+                return self.captured_or(GateEvent::Timeout);
+            }
+            if let Some(event) = event {
                 return Ok(event);
             }
         }
+    }
+
+    /// `event`, unless the last element or control message started an unaligned checkpoint:
+    /// then the checkpoint, once its channel state is captured.
+    fn captured_or(&mut self, event: GateEvent<T>) -> Result<GateEvent<T>, TaskError> {
+        match self.capture.take() {
+            Some((barrier, arrived_on)) => self.capture(barrier, arrived_on),
+            None => Ok(event),
+        }
+    }
+
+    /// Takes unaligned checkpoint `barrier` (which arrived on channel `arrived_on`, or ahead of
+    /// the data as a priority barrier): reads every live channel up to the barrier's place in
+    /// it, without handing anything on, into its replay queue. What the replay queues then
+    /// hold is the channel state. Stops early, handing the message on, if the checkpoint is
+    /// aborted or the task told to stop.
+    fn capture(
+        &mut self,
+        barrier: Barrier,
+        arrived_on: Option<usize>,
+    ) -> Result<GateEvent<T>, TaskError> {
+        let first_arrival = Instant::now();
+        let start_delay_ms = now_ms().saturating_sub(barrier.timestamp_ms);
+        let mut waiting: Vec<bool> = (0..self.channels.len())
+            .map(|i| !self.ended[i] && Some(i) != arrived_on)
+            .collect();
+        while waiting.iter().any(|w| *w) {
+            let mut select = Select::new();
+            let control_index = select.recv(&self.control);
+            let mut map = Vec::new();
+            for (i, channel) in self.channels.iter().enumerate() {
+                if waiting[i] {
+                    map.push((select.recv(channel), i));
+                }
+            }
+            let op = select.select();
+            if op.index() == control_index {
+                let control = match op.recv(&self.control) {
+                    Ok(c) => c,
+                    Err(_) => return Ok(GateEvent::Control(TaskControl::Cancel)),
+                };
+                match control {
+                    TaskControl::NotifyAborted(id) if id == barrier.id => {
+                        tracing::debug!(checkpoint = %id, "unaligned checkpoint aborted while its channel state was captured");
+                        return Ok(self.on_control(control));
+                    }
+                    TaskControl::Cancel | TaskControl::Shutdown => {
+                        return Ok(GateEvent::Control(control))
+                    }
+                    TaskControl::PriorityBarrier(b) if b.id == barrier.id => {}
+                    other => self.deferred.push_back(other),
+                }
+                continue;
+            }
+            let i = map
+                .iter()
+                .find(|(s, _)| *s == op.index())
+                .map(|(_, i)| *i)
+                .expect("selected operation belongs to a registered channel");
+            let element = op
+                .recv(&self.channels[i])
+                .map_err(|_| TaskError::ChannelClosed)?;
+            if let Some(Some(credit)) = self.credits.get(i) {
+                credit();
+            }
+            match element {
+                Element::Barrier(b) if b.id == barrier.id => waiting[i] = false,
+                Element::Barrier(b) if b.id > barrier.id => {
+                    waiting[i] = false;
+                    self.replay[i].push_back(Element::Barrier(b));
+                }
+                Element::EndOfInput => {
+                    waiting[i] = false;
+                    self.replay[i].push_back(Element::EndOfInput);
+                }
+                other => self.replay[i].push_back(other),
+            }
+        }
+        let codec = self
+            .codec
+            .expect("unaligned checkpoints are captured only with a codec");
+        let channels = codec
+            .encode(&self.replay)
+            .map_err(|e| TaskError::user(format!("checkpoint {}: {e}", barrier.id)))?;
+        self.advance_last_checkpoint(barrier.id);
+        self.reset_alignment();
+        Ok(GateEvent::Unaligned {
+            barrier,
+            alignment_ms: first_arrival.elapsed().as_millis() as u64,
+            start_delay_ms,
+            channels,
+        })
+    }
+
+    /// Whether a barrier of checkpoint `barrier` starts an unaligned capture here: it is an
+    /// unaligned one, this gate takes them, no aligned checkpoint (a savepoint) is being
+    /// aligned, and the gate is not done with it.
+    fn starts_capture(&self, barrier: &Barrier) -> bool {
+        barrier.unaligned
+            && self.codec.is_some()
+            && self.mode == CheckpointingMode::ExactlyOnce
+            && self.alignment.is_none()
+            && barrier.id > self.last_checkpoint
+            && !self.aborted.contains(&barrier.id)
     }
 
     fn wait(&self, deadline: Option<Instant>) -> Result<Waited<T>, TaskError> {
@@ -209,6 +385,11 @@ impl<T> InputGate<T> {
     }
 
     fn on_control(&mut self, control: TaskControl) -> GateEvent<T> {
+        if let TaskControl::PriorityBarrier(barrier) = &control {
+            if self.starts_capture(barrier) {
+                self.capture = Some((*barrier, None));
+            }
+        }
         if let TaskControl::NotifyAborted(id) = control {
             // An aborted checkpoint will never complete its alignment: stop blocking for it.
             if self.alignment.as_ref().is_some_and(|a| a.barrier.id == id) {
@@ -278,6 +459,10 @@ impl<T> InputGate<T> {
         if barrier.id <= self.last_checkpoint || self.aborted.contains(&barrier.id) {
             return None; // a late barrier of a checkpoint this gate is done with
         }
+        if self.starts_capture(&barrier) {
+            self.capture = Some((barrier, Some(i)));
+            return None;
+        }
         match &self.alignment {
             Some(a) if barrier.id < a.barrier.id => return None,
             Some(a) if barrier.id > a.barrier.id => {
@@ -291,14 +476,10 @@ impl<T> InputGate<T> {
             _ => {}
         }
         if self.alignment.is_none() {
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0);
             self.alignment = Some(Alignment {
                 barrier,
                 first_arrival: Instant::now(),
-                start_delay_ms: now_ms.saturating_sub(barrier.timestamp_ms),
+                start_delay_ms: now_ms().saturating_sub(barrier.timestamp_ms),
             });
         }
         self.seen[i] = true;
@@ -332,6 +513,14 @@ impl<T> InputGate<T> {
     }
 }
 
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 enum Waited<T> {
     Element(usize, Element<T>),
     Control(TaskControl),
@@ -349,6 +538,7 @@ mod tests {
             id: CheckpointId(id),
             timestamp_ms: 0,
             kind: CheckpointKind::Checkpoint,
+            unaligned: false,
         })
     }
 
@@ -551,5 +741,150 @@ mod tests {
         assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(5)));
         tx1.send(Element::Watermark(20)).unwrap();
         assert!(matches!(gate.next(None).unwrap(), GateEvent::Watermark(10)));
+    }
+
+    fn unaligned(id: u64) -> Barrier {
+        Barrier {
+            id: CheckpointId(id),
+            timestamp_ms: 0,
+            kind: CheckpointKind::Checkpoint,
+            unaligned: true,
+        }
+    }
+
+    /// The records of `elements`, in order.
+    fn records_of(elements: &[Element<u32>]) -> Vec<u32> {
+        elements
+            .iter()
+            .flat_map(|e| match e {
+                Element::Records(b) => b.clone(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    /// Every record the gate hands on until it has handed `n`.
+    fn next_records(gate: &mut InputGate<u32>, n: usize) -> Vec<u32> {
+        let mut seen = Vec::new();
+        while seen.len() < n {
+            match gate.next(None).unwrap() {
+                GateEvent::Records(b) => seen.extend(b),
+                GateEvent::Control(_) | GateEvent::Watermark(_) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn an_unaligned_barrier_overtakes_the_queued_records_which_become_channel_state_and_come_next()
+    {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (ctl, control) = unbounded();
+        for r in [1, 2, 3] {
+            tx0.send(Element::Records(vec![r])).unwrap();
+        }
+        tx0.send(Element::Barrier(unaligned(1))).unwrap();
+        tx0.send(Element::Records(vec![4])).unwrap(); // after the barrier
+        tx1.send(Element::Records(vec![10])).unwrap();
+        tx1.send(Element::Watermark(7)).unwrap();
+        tx1.send(Element::Barrier(unaligned(1))).unwrap();
+        tx1.send(Element::Records(vec![11])).unwrap();
+        ctl.send(TaskControl::PriorityBarrier(unaligned(1)))
+            .unwrap();
+        let codec = ChannelStateCodec::<u32>::new();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(codec, None)
+            .unwrap();
+        // Nothing queued is handed on before the snapshot.
+        let GateEvent::Unaligned {
+            barrier, channels, ..
+        } = gate.next(None).unwrap()
+        else {
+            panic!("the priority barrier did not start an unaligned checkpoint");
+        };
+        assert_eq!(barrier.id, CheckpointId(1));
+        let state = codec.decode(&channels).unwrap();
+        assert_eq!(records_of(&state[0]), [1, 2, 3]);
+        assert_eq!(records_of(&state[1]), [10]);
+        assert!(matches!(state[1][1], Element::Watermark(7)));
+        // Then the channel state, each channel's in order, then what followed the barrier.
+        let mut got = next_records(&mut gate, 6);
+        let first: Vec<u32> = got.drain(..4).collect();
+        let mut sorted = first.clone();
+        sorted.sort();
+        assert_eq!(sorted, [1, 2, 3, 10]);
+        assert!(first
+            .windows(2)
+            .all(|w| w[0] > 3 || w[1] > 3 || w[0] < w[1]));
+        got.sort();
+        assert_eq!(got, [4, 11]);
+    }
+
+    #[test]
+    fn restored_channel_state_comes_before_anything_new_on_its_channel() {
+        let codec = ChannelStateCodec::<u32>::new();
+        let taken = codec
+            .encode(&[
+                VecDeque::from([Element::Records(vec![1, 2])]),
+                VecDeque::new(),
+            ])
+            .unwrap();
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx0.send(Element::Records(vec![3])).unwrap();
+        tx1.send(Element::Records(vec![10])).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(codec, Some(&taken))
+            .unwrap();
+        let got = next_records(&mut gate, 4);
+        let channel0: Vec<u32> = got.iter().copied().filter(|r| *r < 10).collect();
+        assert_eq!(channel0, [1, 2, 3]);
+
+        let (_tx, rx) = bounded::<Element<u32>>(1);
+        let (_ctl, control) = unbounded();
+        let err = InputGate::new(vec![rx], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(codec, Some(&taken))
+            .err()
+            .unwrap();
+        assert!(err.contains("same parallelism"), "{err}");
+    }
+
+    #[test]
+    fn an_unaligned_checkpoint_aborted_while_captured_hands_its_records_on_and_ignores_its_barriers(
+    ) {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (ctl, control) = unbounded();
+        tx0.send(Element::Records(vec![1])).unwrap();
+        tx0.send(Element::Barrier(unaligned(1))).unwrap();
+        tx1.send(Element::Records(vec![10])).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(ChannelStateCodec::new(), None)
+            .unwrap();
+        // Channel 1's barrier never comes: the checkpoint is aborted meanwhile.
+        let aborter = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            ctl.send(TaskControl::NotifyAborted(CheckpointId(1)))
+                .unwrap();
+            ctl
+        });
+        let mut before = Vec::new();
+        loop {
+            match gate.next(None).unwrap() {
+                GateEvent::Records(r) => before.extend(r),
+                GateEvent::Control(TaskControl::NotifyAborted(CheckpointId(1))) => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let _ctl = aborter.join().unwrap();
+        tx1.send(Element::Records(vec![11])).unwrap();
+        tx1.send(Element::Barrier(unaligned(1))).unwrap(); // late: ignored
+        tx1.send(Element::Records(vec![12])).unwrap();
+        before.extend(next_records(&mut gate, 4 - before.len()));
+        before.sort();
+        assert_eq!(before, [1, 10, 11, 12]);
     }
 }

@@ -212,13 +212,25 @@ where
     Op: OneInputOperator<I, O> + Clone,
 {
     let template = Mutex::new(operator);
-    Arc::new(move |inputs, outputs, rt: TaskRuntime| {
-        let (channels, credits) = receivers::<I>(inputs)?
-            .into_iter()
-            .map(|c| (c.receiver, c.credit))
-            .unzip();
-        let gate =
+    Arc::new(move |inputs, outputs, mut rt: TaskRuntime| {
+        let inputs = receivers::<I>(inputs)?;
+        // Channels from other processes take no channel state: then neither does the gate.
+        let codec = inputs
+            .iter()
+            .map(|c| c.codec)
+            .collect::<Option<Vec<_>>>()
+            .and_then(|codecs| codecs.first().copied());
+        let (channels, credits) = inputs.into_iter().map(|c| (c.receiver, c.credit)).unzip();
+        let mut gate =
             InputGate::new(channels, rt.control.clone(), rt.mode).with_credit_returns(credits);
+        let restored = rt.restored.channels.take();
+        match codec {
+            Some(codec) => gate = gate.with_channel_state(codec, restored.as_deref())?,
+            None if restored.is_some() => {
+                return Err("in-flight data of an unaligned checkpoint cannot be restored into channels from other processes".into())
+            }
+            None => {}
+        }
         let out = Output::new(writers::<O>(outputs)?, rt.batch_size);
         let op = template
             .lock()
@@ -286,6 +298,7 @@ fn remote_input<T: Data, U: Send + 'static>(
         Box::new(InputChannel {
             receiver: rx,
             credit: Some(credit),
+            codec: None,
         }) as Erased
     };
     (decoder, Box::new(complete))

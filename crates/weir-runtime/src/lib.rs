@@ -20,6 +20,7 @@
 
 pub(crate) mod alignment;
 pub mod channel;
+pub mod channel_state;
 pub(crate) mod config;
 pub mod control;
 pub mod deploy;

@@ -51,6 +51,9 @@ pub struct OperatorSnapshot {
     /// database's new table files instead of writing its tables (which `keyed` also holds,
     /// for savepoints and full checkpoints).
     pub lsm: Option<LsmSnapshot>,
+    /// With an unaligned checkpoint, the subtask's channel state: what its input channels held
+    /// ahead of the barrier (see [`crate::channel_state`]).
+    pub channels: Option<Vec<u8>>,
 }
 
 /// The RocksDB backend's snapshot of a subtask's tables.
@@ -71,6 +74,8 @@ pub struct RestoredState {
     /// the other old subtasks, read out). Taken by the keyed operator that opens it.
     #[cfg(feature = "rocksdb")]
     pub native: Option<weir_state::lsm::NativeState>,
+    /// The channel state of an unaligned checkpoint, for the subtask's input gate.
+    pub channels: Option<Vec<u8>>,
 }
 
 /// What a source's poll produced.

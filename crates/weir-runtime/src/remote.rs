@@ -75,13 +75,17 @@ pub trait Network: Send + Sync {
 pub struct InputChannel<T> {
     pub receiver: crossbeam_channel::Receiver<Element<T>>,
     pub credit: Option<CreditReturn>,
+    /// How the channel's elements are stored as channel state by unaligned checkpoints
+    /// (`None`: a channel from another process, which takes none yet).
+    pub codec: Option<crate::channel_state::ChannelStateCodec<T>>,
 }
 
-impl<T> InputChannel<T> {
+impl<T: Data> InputChannel<T> {
     pub fn local(receiver: crossbeam_channel::Receiver<Element<T>>) -> InputChannel<T> {
         InputChannel {
             receiver,
             credit: None,
+            codec: Some(crate::channel_state::ChannelStateCodec::new()),
         }
     }
 }
@@ -189,6 +193,7 @@ mod tests {
             id: CheckpointId(7),
             timestamp_ms: 3,
             kind: CheckpointKind::Checkpoint,
+            unaligned: false,
         };
         sink.send(Element::Barrier(barrier)).unwrap();
         sink.send(Element::EndOfInput).unwrap();

@@ -252,23 +252,34 @@ fn persist(
             }
         }
     }
-    if let Some(op_state) = &job.snapshot.operator {
-        let bytes = op_state.encode();
-        let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, "op");
-        let handle = match storage.write_or_inline_state(
-            path,
+    let operator = job.snapshot.operator.as_ref().map(|s| s.encode());
+    let private = [
+        (
+            operator,
             HandleKind::Operator,
-            bytes,
-            options.inline_threshold,
-        ) {
-            Ok(h) => h,
-            Err(e) => {
-                for path in &new_shared {
-                    discard_unacknowledged(storage, path);
+            "op",
+            "writing operator state",
+        ),
+        (
+            job.snapshot.channels.take(),
+            HandleKind::Channels,
+            "channels",
+            "writing channel state",
+        ),
+    ];
+    for (bytes, kind, suffix, what) in private {
+        let Some(bytes) = bytes else { continue };
+        let path = CheckpointLayout::state_file(job.checkpoint, &job.uid, index, suffix);
+        let handle =
+            match storage.write_or_inline_state(path, kind, bytes, options.inline_threshold) {
+                Ok(h) => h,
+                Err(e) => {
+                    for path in &new_shared {
+                        discard_unacknowledged(storage, path);
+                    }
+                    return Err(fail(what, &e));
                 }
-                return Err(fail("writing operator state", &e));
-            }
-        };
+            };
         state.state_size += handle.size;
         state.persisted_size += handle.size;
         state.handles.push(handle);

@@ -46,9 +46,28 @@ pub struct TaskRuntime {
     pub snapshot_done: (Sender<CheckpointId>, Receiver<CheckpointId>),
     /// The watermark alignment groups of this attempt.
     pub alignment: crate::alignment::AlignmentGroups,
+    /// The control channels of the subtasks this one sends to (in this process), which an
+    /// unaligned checkpoint's barrier reaches ahead of the data queued for them.
+    pub downstream: Vec<Sender<TaskControl>>,
 }
 
 impl TaskRuntime {
+    /// Forwards `barrier` downstream: an unaligned one first ahead of the data queued in the
+    /// channels (a priority barrier to every downstream subtask), then — for every barrier —
+    /// after it, marking the end of each channel's part of the checkpoint.
+    fn forward_barrier<T: Clone + Send>(
+        &self,
+        barrier: Barrier,
+        out: &mut Output<T>,
+    ) -> Result<(), TaskError> {
+        if barrier.unaligned {
+            for downstream in &self.downstream {
+                let _ = downstream.send(TaskControl::PriorityBarrier(barrier));
+            }
+        }
+        out.barrier(barrier)
+    }
+
     fn report(&self, status: TaskStatus) {
         let _ = self.coordinator.send(CoordinatorMessage::TaskStatus {
             attempt: self.attempt,
@@ -192,6 +211,20 @@ where
                 let snapshot = op.snapshot(barrier.id);
                 rt.submit(barrier, snapshot, sync_start, alignment_ms, start_delay_ms);
                 out.barrier(barrier)?;
+            }
+            GateEvent::Unaligned {
+                barrier,
+                alignment_ms,
+                start_delay_ms,
+                channels,
+            } => {
+                let sync_start = Instant::now();
+                let snapshot = op.snapshot(barrier.id).map(|mut s| {
+                    s.channels = Some(channels);
+                    s
+                });
+                rt.submit(barrier, snapshot, sync_start, alignment_ms, start_delay_ms);
+                rt.forward_barrier(barrier, &mut out)?;
             }
             GateEvent::Control(TaskControl::NotifyComplete(id)) => op.notify_complete(id)?,
             GateEvent::Control(TaskControl::NotifyAborted(id)) => op.notify_aborted(id)?,
@@ -427,7 +460,7 @@ where
                 watermarks.on_exhausted(out)?;
             }
             // The position is taken right after the barrier: everything before it was emitted.
-            out.barrier(barrier)?;
+            rt.forward_barrier(barrier, out)?;
             let sync_start = Instant::now();
             source.snapshot_started(barrier.id);
             let snapshot = source_snapshot(source);
@@ -443,7 +476,8 @@ where
             source.notify_complete(id)?;
             Next::Continue
         }
-        TaskControl::NotifyAborted(_) => Next::Continue,
+        // A source has no input channels for a barrier to overtake.
+        TaskControl::NotifyAborted(_) | TaskControl::PriorityBarrier(_) => Next::Continue,
         TaskControl::Cancel | TaskControl::Shutdown => Next::Exit,
     })
 }
@@ -465,6 +499,7 @@ fn source_snapshot<T, S: SourceFunction<T>>(source: &mut S) -> Result<OperatorSn
         }),
         incremental: None,
         lsm: None,
+        channels: None,
     })
 }
 

@@ -88,6 +88,12 @@ impl CheckpointStorage {
             HandleKind::Keyed { .. } => KeyedSnapshotReader::decode_vec(bytes)
                 .map(|_| ())
                 .map_err(corrupt),
+            // Its records' type is the job's: past size and checksum, only the header tells.
+            HandleKind::Channels if bytes.starts_with(b"WEIRCHAN") => Ok(()),
+            HandleKind::Channels => Err(StorageError::Corrupt {
+                path,
+                reason: "not channel state (no WEIRCHAN header)".into(),
+            }),
         }
     }
 

@@ -233,6 +233,7 @@ fn print_checkpoint(target: &Target, m: &CheckpointMetadata) {
                         format!("keyed state, key groups {key_groups}")
                     }
                     HandleKind::Operator => "operator state".to_string(),
+                    HandleKind::Channels => "in-flight data (unaligned checkpoint)".to_string(),
                 };
                 let what = if h.is_file() {
                     what

@@ -135,6 +135,7 @@ impl<K: Key> KeyedBackend<K> {
                 operator: None,
                 incremental: Some(plan),
                 lsm,
+                channels: None,
             });
         }
         state.snapshot(&mut keyed);
@@ -145,6 +146,7 @@ impl<K: Key> KeyedBackend<K> {
             operator: None,
             incremental: Some(plan),
             lsm: None,
+            channels: None,
         })
     }
 

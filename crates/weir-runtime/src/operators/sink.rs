@@ -77,6 +77,7 @@ where
             operator: Some(OperatorStateSnapshot { list, union }),
             incremental: None,
             lsm: None,
+            channels: None,
         })
     }
     fn notify_complete(&mut self, checkpoint: CheckpointId) -> Result<(), TaskError> {

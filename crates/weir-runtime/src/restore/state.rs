@@ -88,7 +88,56 @@ pub fn subtask_state(
         operator,
         #[cfg(feature = "rocksdb")]
         native,
+        channels: channel_state(storage, metadata, node, index)?,
     })
+}
+
+/// The channel state subtask `index` of `node` restores (an unaligned checkpoint's in-flight
+/// data): that of the old subtask of the same index. In-flight data belongs to channels that
+/// exist only at the parallelism it was taken at: at another, the restore is refused.
+fn channel_state(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    node: &Node,
+    index: u32,
+) -> Result<Option<Vec<u8>>, JobError> {
+    let id = node.id();
+    let old: Vec<(&SubtaskId, &SubtaskState)> = metadata
+        .checkpoint
+        .subtask_states
+        .iter()
+        .filter(|(s, _)| s.operator == id)
+        .collect();
+    let holds = |state: &SubtaskState| {
+        state
+            .handles
+            .iter()
+            .find(|h| h.kind == HandleKind::Channels)
+            .cloned()
+    };
+    if !old.iter().any(|(_, state)| holds(state).is_some()) {
+        return Ok(None);
+    }
+    if old.len() != node.parallelism as usize {
+        return Err(JobError::Restore(format!(
+            "checkpoint {} is an unaligned checkpoint holding in-flight data of '{}' at parallelism {}, which restores only at that parallelism, not {}; take a savepoint (always aligned) and start from it to change the parallelism",
+            metadata.checkpoint.id,
+            node.uid,
+            old.len(),
+            node.parallelism
+        )));
+    }
+    let Some(handle) = old
+        .iter()
+        .find(|(s, _)| s.index == index)
+        .and_then(|(_, state)| holds(state))
+    else {
+        return Ok(None);
+    };
+    storage
+        .read_state_file(&handle)
+        .map(Some)
+        .map_err(|e| located(storage, metadata, e))
 }
 
 /// Where a subtask's RocksDB database restored in place goes (see [`subtask_state`]).

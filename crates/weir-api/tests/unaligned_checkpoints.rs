@@ -23,8 +23,16 @@ const RECORDS: u64 = 30_000;
 /// record, so that the channels ahead of it stay full; returns the committed counts and the
 /// number of restarts.
 fn run(dir: &Path, unaligned: bool, inject: Option<&str>) -> (BTreeMap<String, Vec<u64>>, u64) {
+    let exec = config(dir, unaligned, inject);
+    let summary =
+        execute(&job(dir, 2), &exec, &StopHandle::new(), &mut |_| {}).expect("the job ends");
+    (committed(&dir.join("out")), u64::from(summary.restarts))
+}
+
+/// The job at `parallelism`, writing its output under `dir`.
+fn job(dir: &Path, parallelism: u32) -> weir_runtime::graph::JobGraph {
     let env = StreamEnv::new("unaligned");
-    env.set_parallelism(2);
+    env.set_parallelism(parallelism);
     let words: Vec<String> = (0..RECORDS).map(|i| format!("w{}", i % WORDS)).collect();
     let format = Arc::new(|(word, count): &(String, u64), line: &mut Vec<u8>| {
         let _ = write!(line, "{word}\t{count}");
@@ -40,7 +48,11 @@ fn run(dir: &Path, unaligned: bool, inject: Option<&str>) -> (BTreeMap<String, V
             "output",
             CommittingFileSink::new(dir.join("out"), format, SinkMode::ExactlyOnce),
         );
-    let exec = ExecutionConfig {
+    env.build().unwrap()
+}
+
+fn config(dir: &Path, unaligned: bool, inject: Option<&str>) -> ExecutionConfig {
+    ExecutionConfig {
         checkpoint: CheckpointConfig {
             dir: dir.join("ck"),
             interval: Some(Duration::from_millis(50)),
@@ -57,15 +69,7 @@ fn run(dir: &Path, unaligned: bool, inject: Option<&str>) -> (BTreeMap<String, V
         batch_size: 64,
         failure_injection: inject.map(|spec| FailureInjection::parse(spec).unwrap()),
         ..ExecutionConfig::default()
-    };
-    let summary = execute(
-        &env.build().unwrap(),
-        &exec,
-        &StopHandle::new(),
-        &mut |_| {},
-    )
-    .expect("the job ends");
-    (committed(&dir.join("out")), u64::from(summary.restarts))
+    }
 }
 
 #[derive(Clone)]
@@ -161,4 +165,75 @@ fn with_injected_failures_unaligned_checkpoints_restore_their_channel_state_exac
         restarts += r;
     }
     assert!(restarts >= 3, "only {restarts} injected failures");
+}
+
+#[test]
+fn channel_state_restores_only_at_its_parallelism_and_the_error_says_to_use_a_savepoint() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cancelled while back-pressured: the latest checkpoint is an unaligned one.
+    let stop = StopHandle::new();
+    let canceller = stop.clone();
+    let ck = dir.path().join("ck");
+    let watcher = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            let storage = CheckpointStorage::open(&ck, "unaligned").unwrap();
+            let ids = storage.list_completed().unwrap();
+            if ids.len() >= 3 {
+                break;
+            }
+        }
+        canceller.cancel();
+    });
+    let exec = config(dir.path(), true, None);
+    let _ = execute(&job(dir.path(), 2), &exec, &stop, &mut |_| {});
+    watcher.join().unwrap();
+    let storage = CheckpointStorage::open(&dir.path().join("ck"), "unaligned").unwrap();
+    let latest = *storage
+        .list_completed()
+        .unwrap()
+        .last()
+        .expect("a checkpoint");
+    let holds_channels = storage
+        .read_metadata(latest)
+        .unwrap()
+        .checkpoint
+        .subtask_states
+        .values()
+        .any(|s| s.handles.iter().any(|h| h.kind == HandleKind::Channels));
+    assert!(
+        holds_channels,
+        "the latest checkpoint holds no channel state"
+    );
+
+    let mut resume = config(dir.path(), true, None);
+    resume.start = StartMode::Resume;
+    resume.restart = RestartStrategy::None;
+    let refused = execute(
+        &job(dir.path(), 3),
+        &resume,
+        &StopHandle::new(),
+        &mut |_| {},
+    );
+    let Err(err) = refused else {
+        panic!("a restore at parallelism 3 was not refused");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("parallelism") && err.contains("savepoint"),
+        "{err}"
+    );
+    // At its own parallelism it restores, and the output is exactly-once.
+    let (counts, _) = {
+        let summary = execute(
+            &job(dir.path(), 2),
+            &resume,
+            &StopHandle::new(),
+            &mut |_| {},
+        )
+        .expect("the resumed job ends");
+        (committed(&dir.path().join("out")), summary.restarts)
+    };
+    assert_exactly_once(&counts);
 }

@@ -845,10 +845,11 @@ mod tests {
 
         let (_tx, rx) = bounded::<Element<u32>>(1);
         let (_ctl, control) = unbounded();
-        let err = InputGate::new(vec![rx], control, CheckpointingMode::ExactlyOnce)
+        let Err(err) = InputGate::new(vec![rx], control, CheckpointingMode::ExactlyOnce)
             .with_channel_state(codec, Some(&taken))
-            .err()
-            .unwrap();
+        else {
+            panic!("channel state of two channels went into a gate of one");
+        };
         assert!(err.contains("same parallelism"), "{err}");
     }
 

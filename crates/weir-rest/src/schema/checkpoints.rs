@@ -280,11 +280,12 @@ impl CheckpointConfigInfo {
                 StateBackendKind::RocksDb => "EmbeddedRocksDBStateBackend",
             },
             checkpoint_storage: config.dir.display().to_string(),
-            unaligned_checkpoints: false,
+            unaligned_checkpoints: config.unaligned,
             tolerable_failed_checkpoints: i32::try_from(config.tolerable_failed)
                 .unwrap_or(i32::MAX),
             aligned_checkpoint_timeout: 0,
-            checkpoints_after_tasks_finish: false,
+            // A source that ended stays in the job and keeps checkpointing (always, in Weir).
+            checkpoints_after_tasks_finish: true,
             state_changelog_enabled: false,
             changelog_periodic_materialization_interval: 0,
             changelog_storage: "none",

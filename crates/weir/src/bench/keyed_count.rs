@@ -43,6 +43,11 @@ pub struct KeyedCountArgs {
     /// Generate at most this many records per second per source subtask.
     #[arg(long, value_name = "RECORDS")]
     pub rate: Option<u64>,
+    /// What each record costs the sink (e.g. 20us): a sink subtask then takes at most one
+    /// record per that long, and the job runs back-pressured at the sink's pace when it is
+    /// slower than the sources (with --emit-updates every record reaches it).
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration_arg)]
+    pub sink_cost: Option<std::time::Duration>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -111,6 +116,24 @@ where
     }
 }
 
+/// A counting sink that takes `cost` per record: it waits the batch's cost after each batch
+/// (sleeping, so that a slow sink does not take a core from the rest of the job).
+#[derive(Clone)]
+struct SlowSink {
+    counted: CountingSink,
+    cost: std::time::Duration,
+}
+
+impl<T: Send + 'static> SinkFunction<T> for SlowSink {
+    fn write_batch(&mut self, batch: Vec<T>) -> Result<(), TaskError> {
+        let wait = self
+            .cost
+            .saturating_mul(u32::try_from(batch.len()).unwrap_or(u32::MAX));
+        std::thread::sleep(wait);
+        self.counted.write_batch(batch)
+    }
+}
+
 /// The job's graph, and the sink that counts its results (in the process that runs it).
 pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> {
     if args.keys == 0 || (args.records == 0 && args.run.duration.is_none()) {
@@ -149,7 +172,16 @@ pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> 
             },
         ),
     };
-    counted.sink("sink", sink.clone());
+    match args.sink_cost {
+        None => counted.sink("sink", sink.clone()),
+        Some(cost) => counted.sink(
+            "sink",
+            SlowSink {
+                counted: sink.clone(),
+                cost,
+            },
+        ),
+    };
     Ok((env.build()?, sink))
 }
 

@@ -64,6 +64,10 @@ pub struct RunArgs {
     /// checkpoint's size is then the state's.
     #[arg(long)]
     pub full_checkpoints: bool,
+    /// Unaligned checkpoints (`execution.checkpointing.unaligned.enabled`): barriers overtake
+    /// the records queued in the channels, which are stored with the checkpoint.
+    #[arg(long)]
+    pub unaligned: bool,
     /// Where keyed state lives: `hashmap` or `rocksdb` (`state.backend.type`).
     #[arg(long, value_name = "TYPE", default_value = "hashmap")]
     pub state_backend: String,
@@ -125,6 +129,7 @@ pub fn execution_config(run: &RunArgs, dir: PathBuf) -> Result<ExecutionConfig, 
                 .filter(|_| run.alternate.is_none()),
             dir,
             incremental: !run.full_checkpoints,
+            unaligned: run.unaligned,
             ..CheckpointConfig::default()
         },
         start: if run.resume {

@@ -60,8 +60,40 @@ fn twenty_runs_with_injected_subtask_failures_commit_every_count_exactly_once() 
 
 #[test]
 fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
-    let mut kills = 0;
+    killed_and_resumed(5, &[]);
+}
+
+/// Unaligned checkpoints through the same failures: barriers overtake the queued records,
+/// which are stored with each checkpoint and replayed after a restart or a `--resume`.
+#[test]
+fn with_unaligned_checkpoints_injected_failures_and_sigkills_commit_every_count_exactly_once() {
+    const UNALIGNED: [&str; 2] = ["-D", "execution.checkpointing.unaligned.enabled=true"];
+    let mut total_restarts = 0;
     for run in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write_text_input(dir.path(), 4000 + run, 3, 1500);
+        let out = wordcount(dir.path(), &input, &UNALIGNED, Some(INJECT));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "run {run}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        total_restarts += restarts(&stdout);
+        assert_exactly_once(&input, &dir.path().join("output"));
+    }
+    assert!(
+        total_restarts >= 5,
+        "only {total_restarts} injected failures over 5 runs"
+    );
+    killed_and_resumed(2, &UNALIGNED);
+}
+
+/// `runs` runs of wordcount, each killed with SIGKILL up to three times at random moments and
+/// resumed, with `extra` arguments; every count must be committed exactly once.
+fn killed_and_resumed(runs: u64, extra: &[&str]) {
+    let mut kills = 0;
+    for run in 0..runs {
         let dir = tempfile::tempdir().unwrap();
         let input = write_text_input(dir.path(), 2000 + run, 20, 12_000);
         let mut resume: &[&str] = &[];
@@ -80,6 +112,7 @@ fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
                     "2",
                 ])
                 .args(["--checkpoint-interval", "50ms"])
+                .args(extra)
                 .args(resume)
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null());
@@ -101,8 +134,8 @@ fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
         assert_exactly_once(&input, &dir.path().join("output"));
     }
     assert!(
-        kills >= 5,
-        "only {kills} kills over 5 runs: the runs are too short to kill"
+        kills >= runs,
+        "only {kills} kills over {runs} runs: the runs are too short to kill"
     );
 }
 

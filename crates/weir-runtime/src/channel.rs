@@ -5,6 +5,8 @@
 //! behind more than `capacity` batches.
 
 use crossbeam_channel::{Receiver, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use weir_core::Element;
 
 use crate::error::TaskError;
@@ -21,6 +23,11 @@ pub enum Either<A, B> {
 /// batch here, never per record in the producer.
 pub trait ChannelSink<T>: Send {
     fn send(&self, element: Element<T>) -> Result<(), TaskError>;
+    /// Whether a send now would not wait (the consumer's queue has room). A channel to
+    /// another process always says yes: its flow control waits inside `send`.
+    fn has_room(&self) -> bool {
+        true
+    }
 }
 
 thread_local! {
@@ -62,11 +69,43 @@ impl<T: Send> ChannelSink<T> for Sender<Element<T>> {
     fn send(&self, element: Element<T>) -> Result<(), TaskError> {
         send_counting_backpressure(self, element)
     }
+    fn has_room(&self) -> bool {
+        !self.is_full()
+    }
+}
+
+/// How many elements a consumer took out of a channel and has not handed on yet (what an
+/// unaligned checkpoint captured, see the input gate): they still count against the channel's
+/// capacity when its producer asks for room, so that captures cannot grow the data in flight.
+pub type Backlog = Arc<AtomicUsize>;
+
+/// Whether a channel holding `queued` elements, with `backlog` more taken out but not handed
+/// on, has room below `capacity`.
+fn room(queued: usize, backlog: &Backlog, capacity: usize) -> bool {
+    queued + backlog.load(Ordering::Relaxed) < capacity
+}
+
+/// Sends a producer's elements into a one-input consumer in this process.
+pub struct LocalSink<T> {
+    sender: Sender<Element<T>>,
+    backlog: Backlog,
+    capacity: usize,
+}
+
+impl<T: Send> ChannelSink<T> for LocalSink<T> {
+    fn send(&self, element: Element<T>) -> Result<(), TaskError> {
+        send_counting_backpressure(&self.sender, element)
+    }
+    fn has_room(&self) -> bool {
+        room(self.sender.len(), &self.backlog, self.capacity)
+    }
 }
 
 /// Sends a producer's elements into the left input of a two-input consumer.
 pub struct LeftSink<A, B> {
     sender: Sender<Element<Either<A, B>>>,
+    backlog: Backlog,
+    capacity: usize,
 }
 
 impl<A: Send, B: Send> ChannelSink<A> for LeftSink<A, B> {
@@ -79,11 +118,16 @@ impl<A: Send, B: Send> ChannelSink<A> for LeftSink<A, B> {
         };
         send_counting_backpressure(&self.sender, element)
     }
+    fn has_room(&self) -> bool {
+        room(self.sender.len(), &self.backlog, self.capacity)
+    }
 }
 
 /// The right-input twin of [`LeftSink`].
 pub struct RightSink<A, B> {
     sender: Sender<Element<Either<A, B>>>,
+    backlog: Backlog,
+    capacity: usize,
 }
 
 impl<A: Send, B: Send> ChannelSink<B> for RightSink<A, B> {
@@ -95,6 +139,9 @@ impl<A: Send, B: Send> ChannelSink<B> for RightSink<A, B> {
             other => convert_control(other),
         };
         send_counting_backpressure(&self.sender, element)
+    }
+    fn has_room(&self) -> bool {
+        room(self.sender.len(), &self.backlog, self.capacity)
     }
 }
 
@@ -111,28 +158,47 @@ fn convert_control<T, U>(element: Element<T>) -> Element<U> {
 /// The receiving end of a two-input consumer's channel.
 pub type EitherReceiver<A, B> = Receiver<Element<Either<A, B>>>;
 
-/// A channel whose producer emits `A` into a one-input consumer of `A`.
+/// A channel whose producer emits `A` into a one-input consumer of `A`, with the backlog its
+/// consumer keeps.
 pub fn direct<A: Send + 'static>(
     capacity: usize,
-) -> (Box<dyn ChannelSink<A>>, Receiver<Element<A>>) {
-    let (tx, rx) = crossbeam_channel::bounded(capacity);
-    (Box::new(tx), rx)
+) -> (Box<dyn ChannelSink<A>>, Receiver<Element<A>>, Backlog) {
+    let (sender, rx) = crossbeam_channel::bounded(capacity);
+    let backlog = Backlog::default();
+    let sink = LocalSink {
+        sender,
+        backlog: backlog.clone(),
+        capacity,
+    };
+    (Box::new(sink), rx, backlog)
 }
 
 /// A channel into the left input of a two-input consumer.
 pub fn left<A: Send + 'static, B: Send + 'static>(
     capacity: usize,
-) -> (Box<dyn ChannelSink<A>>, EitherReceiver<A, B>) {
+) -> (Box<dyn ChannelSink<A>>, EitherReceiver<A, B>, Backlog) {
     let (sender, rx) = crossbeam_channel::bounded(capacity);
-    (Box::new(LeftSink { sender }), rx)
+    let backlog = Backlog::default();
+    let sink = LeftSink {
+        sender,
+        backlog: backlog.clone(),
+        capacity,
+    };
+    (Box::new(sink), rx, backlog)
 }
 
 /// A channel into the right input of a two-input consumer.
 pub fn right<A: Send + 'static, B: Send + 'static>(
     capacity: usize,
-) -> (Box<dyn ChannelSink<B>>, EitherReceiver<A, B>) {
+) -> (Box<dyn ChannelSink<B>>, EitherReceiver<A, B>, Backlog) {
     let (sender, rx) = crossbeam_channel::bounded(capacity);
-    (Box::new(RightSink { sender }), rx)
+    let backlog = Backlog::default();
+    let sink = RightSink {
+        sender,
+        backlog: backlog.clone(),
+        capacity,
+    };
+    (Box::new(sink), rx, backlog)
 }
 
 #[cfg(test)]
@@ -142,7 +208,7 @@ mod tests {
 
     #[test]
     fn time_blocked_on_a_full_channel_counts_as_back_pressure_and_free_sends_do_not() {
-        let (sink, rx) = direct::<u32>(1);
+        let (sink, rx, _) = direct::<u32>(1);
         let before = backpressured_ns();
         sink.send(Element::Records(vec![1])).unwrap(); // room: no wait
         assert_eq!(backpressured_ns(), before);

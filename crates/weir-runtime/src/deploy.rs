@@ -263,6 +263,7 @@ pub fn deploy(
                 channel_capacity: config.channel_capacity,
                 buffer_timeout: config.buffer_timeout,
                 mode: config.checkpoint.mode,
+                unaligned: config.checkpoint.unaligned,
                 restored,
                 attempt,
                 injector: config

@@ -102,6 +102,10 @@ pub struct InputGate<T> {
     capture: Option<(Barrier, Option<usize>)>,
     /// Control messages that came during a capture, handed on after it.
     deferred: VecDeque<TaskControl>,
+    // Invariant: a channel's backlog is the length of its replay queue, so that what a
+    // capture takes out of a channel still counts against its capacity.
+    /// Per channel, shared with its producer (`None`: the producer does not ask).
+    backlogs: Vec<Option<crate::channel::Backlog>>,
 }
 
 impl<T> InputGate<T> {
@@ -130,6 +134,30 @@ impl<T> InputGate<T> {
             codec: None,
             capture: None,
             deferred: VecDeque::new(),
+            backlogs: Vec::new(),
+        }
+    }
+
+    /// Shares each channel's replay queue length with its producer (in channel order), which
+    /// then counts it against the channel's capacity.
+    pub fn with_backlogs(mut self, backlogs: Vec<Option<crate::channel::Backlog>>) -> InputGate<T> {
+        for (backlog, queue) in backlogs.iter().zip(&self.replay) {
+            if let Some(b) = backlog {
+                b.store(queue.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.backlogs = backlogs;
+        self
+    }
+
+    /// The replay queue of channel `i` changed by `delta` elements.
+    fn replayed(&self, i: usize, delta: isize) {
+        if let Some(Some(b)) = self.backlogs.get(i) {
+            if delta > 0 {
+                b.fetch_add(delta as usize, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                b.fetch_sub(delta.unsigned_abs(), std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 
@@ -206,6 +234,7 @@ impl<T> InputGate<T> {
                     continue;
                 }
                 if let Some(e) = self.replay[i].pop_front() {
+                    self.replayed(i, -1);
                     polled = Some((i, e, false));
                     break;
                 }
@@ -244,6 +273,27 @@ impl<T> InputGate<T> {
                 return Ok(event);
             }
         }
+    }
+
+    /// Like [`next`](Self::next), but reads no input channel: only control messages (and what
+    /// they start — an unaligned checkpoint's capture reads the channels into replay queues,
+    /// handing nothing on), until `deadline`; then [`GateEvent::Timeout`].
+    pub fn next_control(&mut self, deadline: Instant) -> Result<GateEvent<T>, TaskError> {
+        if let Some(event) = self.pending.take() {
+            return Ok(event);
+        }
+        let control = match self.deferred.pop_front() {
+            Some(c) => c,
+            None => match self.control.recv_deadline(deadline) {
+                Ok(c) => c,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Ok(GateEvent::Timeout),
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Ok(GateEvent::Control(TaskControl::Cancel))
+                }
+            },
+        };
+        let event = self.on_control(control);
+        self.captured_or(event)
     }
 
     /// `event`, unless the last element or control message started an unaligned checkpoint:
@@ -314,12 +364,17 @@ impl<T> InputGate<T> {
                 Element::Barrier(b) if b.id > barrier.id => {
                     waiting[i] = false;
                     self.replay[i].push_back(Element::Barrier(b));
+                    self.replayed(i, 1);
                 }
                 Element::EndOfInput => {
                     waiting[i] = false;
                     self.replay[i].push_back(Element::EndOfInput);
+                    self.replayed(i, 1);
                 }
-                other => self.replay[i].push_back(other),
+                other => {
+                    self.replay[i].push_back(other);
+                    self.replayed(i, 1);
+                }
             }
         }
         let codec = self

@@ -220,12 +220,17 @@ where
             .map(|c| c.codec)
             .collect::<Option<Vec<_>>>()
             .and_then(|codecs| codecs.first().copied());
+        let backlogs: Vec<Option<crate::channel::Backlog>> =
+            inputs.iter().map(|c| c.backlog.clone()).collect();
         let (channels, credits) = inputs.into_iter().map(|c| (c.receiver, c.credit)).unzip();
         let mut gate =
             InputGate::new(channels, rt.control.clone(), rt.mode).with_credit_returns(credits);
         let restored = rt.restored.channels.take();
         match codec {
-            Some(codec) => gate = gate.with_channel_state(codec, restored.as_deref())?,
+            Some(codec) => {
+                gate = gate.with_channel_state(codec, restored.as_deref())?;
+                gate = gate.with_backlogs(backlogs);
+            }
             None if restored.is_some() => {
                 return Err("in-flight data of an unaligned checkpoint cannot be restored into channels from other processes".into())
             }
@@ -244,10 +249,10 @@ where
 pub fn direct_channels<T: Data>() -> ChannelFactory {
     ChannelFactory {
         local: Arc::new(|capacity| {
-            let (sink, rx) = channel::direct::<T>(capacity);
+            let (sink, rx, backlog) = channel::direct::<T>(capacity);
             (
                 Box::new(sink) as Erased,
-                Box::new(InputChannel::local(rx)) as Erased,
+                Box::new(InputChannel::local(rx, backlog)) as Erased,
             )
         }),
         remote_out: Arc::new(|writer| Box::new(remote_sink::<T>(writer)) as Erased),
@@ -259,10 +264,10 @@ pub fn direct_channels<T: Data>() -> ChannelFactory {
 pub fn left_channels<A: Data, B: Data>() -> ChannelFactory {
     ChannelFactory {
         local: Arc::new(|capacity| {
-            let (sink, rx) = channel::left::<A, B>(capacity);
+            let (sink, rx, backlog) = channel::left::<A, B>(capacity);
             (
                 Box::new(sink) as Erased,
-                Box::new(InputChannel::local(rx)) as Erased,
+                Box::new(InputChannel::local(rx, backlog)) as Erased,
             )
         }),
         remote_out: Arc::new(|writer| Box::new(remote_sink::<A>(writer)) as Erased),
@@ -276,10 +281,10 @@ pub fn left_channels<A: Data, B: Data>() -> ChannelFactory {
 pub fn right_channels<A: Data, B: Data>() -> ChannelFactory {
     ChannelFactory {
         local: Arc::new(|capacity| {
-            let (sink, rx) = channel::right::<A, B>(capacity);
+            let (sink, rx, backlog) = channel::right::<A, B>(capacity);
             (
                 Box::new(sink) as Erased,
-                Box::new(InputChannel::local(rx)) as Erased,
+                Box::new(InputChannel::local(rx, backlog)) as Erased,
             )
         }),
         remote_out: Arc::new(|writer| Box::new(remote_sink::<B>(writer)) as Erased),
@@ -299,6 +304,7 @@ fn remote_input<T: Data, U: Send + 'static>(
             receiver: rx,
             credit: Some(credit),
             codec: None,
+            backlog: None,
         }) as Erased
     };
     (decoder, Box::new(complete))

@@ -92,6 +92,11 @@ impl<T: Clone + Send> Output<T> {
         }
     }
 
+    /// Whether a batch routed now would go out without waiting for a full channel.
+    pub(crate) fn has_room(&self) -> bool {
+        self.writers.iter().all(|w| w.has_room())
+    }
+
     /// Records emitted so far.
     pub fn records_out(&self) -> u64 {
         self.records_out + self.buffer.len() as u64

@@ -40,6 +40,9 @@ pub trait EdgeWriter<T>: Send {
     fn watermark(&mut self, watermark: i64) -> Result<(), TaskError>;
     /// Flushes, then tells every consumer that this producer became idle or active.
     fn watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError>;
+    /// Whether a batch written now would not wait for a full channel: every channel it may go
+    /// to has room.
+    fn has_room(&self) -> bool;
 }
 
 /// Sends control elements to all channels of a writer.
@@ -74,6 +77,9 @@ impl<T: Send> EdgeWriter<T> for RoundRobinWriter<T> {
     }
     fn flush(&mut self) -> Result<(), TaskError> {
         Ok(())
+    }
+    fn has_room(&self) -> bool {
+        self.channels[self.next].has_room()
     }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         send_all(&self.channels, || Element::Barrier(barrier))
@@ -113,6 +119,9 @@ impl<T: Clone + Send> EdgeWriter<T> for BroadcastWriter<T> {
     }
     fn flush(&mut self) -> Result<(), TaskError> {
         Ok(())
+    }
+    fn has_room(&self) -> bool {
+        self.channels.iter().all(|c| c.has_room())
     }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         send_all(&self.channels, || Element::Barrier(barrier))
@@ -193,6 +202,9 @@ where
             }
         }
         Ok(())
+    }
+    fn has_room(&self) -> bool {
+        self.channels.iter().all(|c| c.has_room())
     }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         self.flush()?;

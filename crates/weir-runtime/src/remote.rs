@@ -78,14 +78,20 @@ pub struct InputChannel<T> {
     /// How the channel's elements are stored as channel state by unaligned checkpoints
     /// (`None`: a channel from another process, which takes none yet).
     pub codec: Option<crate::channel_state::ChannelStateCodec<T>>,
+    /// What the consumer took out of the channel and holds back, shared with the producer.
+    pub backlog: Option<crate::channel::Backlog>,
 }
 
 impl<T: Data> InputChannel<T> {
-    pub fn local(receiver: crossbeam_channel::Receiver<Element<T>>) -> InputChannel<T> {
+    pub fn local(
+        receiver: crossbeam_channel::Receiver<Element<T>>,
+        backlog: crate::channel::Backlog,
+    ) -> InputChannel<T> {
         InputChannel {
             receiver,
             credit: None,
             codec: Some(crate::channel_state::ChannelStateCodec::new()),
+            backlog: Some(backlog),
         }
     }
 }

@@ -59,6 +59,9 @@ macro_rules! forward_control {
         fn watermark_status(&mut self, status: WatermarkStatus) -> Result<(), TaskError> {
             self.inner.watermark_status(status)
         }
+        fn has_room(&self) -> bool {
+            self.inner.has_room()
+        }
     };
 }
 
@@ -99,6 +102,9 @@ impl<A: Send, B: Send> EdgeWriter<Either<A, B>> for SideWriter<A, B> {
     }
     fn flush(&mut self) -> Result<(), TaskError> {
         self.0.inner.flush()
+    }
+    fn has_room(&self) -> bool {
+        self.0.inner.has_room()
     }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         self.0.inner.barrier(barrier)

@@ -36,6 +36,10 @@ pub struct TaskRuntime {
     pub channel_capacity: usize,
     pub buffer_timeout: Duration,
     pub mode: CheckpointingMode,
+    /// Unaligned checkpoints are on: the loop then waits for room in its output channels
+    /// outside a send, watching its control channel, so that a checkpoint's barrier reaches it
+    /// while it is back-pressured.
+    pub unaligned: bool,
     pub restored: RestoredState,
     /// Which attempt of the job this subtask belongs to.
     pub attempt: u32,
@@ -187,7 +191,18 @@ where
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match gate.next(deadline)? {
+        let event = if rt.unaligned && !out.has_room() {
+            // Back-pressured: read no input (it would have to be sent on) until there is
+            // room, but take control messages, and with them unaligned barriers, at once.
+            let start = Instant::now();
+            let poll = start + ROOM_POLL;
+            let event = gate.next_control(deadline.map_or(poll, |d| d.min(poll)))?;
+            crate::channel::add_backpressure(start.elapsed().as_nanos() as u64);
+            event
+        } else {
+            gate.next(deadline)?
+        };
+        match event {
             GateEvent::Records(batch) => {
                 rt.metrics.add_in(batch.len() as u64);
                 op.process_batch(batch, &mut out)?;
@@ -239,7 +254,7 @@ where
                 return rt.serve_until_shutdown(|id| op.notify_complete(id));
             }
             GateEvent::Timeout => {
-                if flush_at.is_some_and(|t| Instant::now() >= t) {
+                if flush_at.is_some_and(|t| Instant::now() >= t) && out_may_flush(&rt, &out) {
                     out.flush()?;
                 }
             }
@@ -251,12 +266,23 @@ where
         if out
             .buffered_since()
             .is_some_and(|t| t.elapsed() >= rt.buffer_timeout)
+            && out_may_flush(&rt, &out)
         {
             out.flush()?;
         }
         rt.metrics.set_out(out.records_out());
     }
 }
+
+/// Whether a flush for the buffer timeout may go ahead: not into a full channel while
+/// unaligned checkpoints are on (the loop would stop watching its control channel).
+fn out_may_flush<O: Clone + Send>(rt: &TaskRuntime, out: &Output<O>) -> bool {
+    !rt.unaligned || out.has_room()
+}
+
+/// How long a back-pressured loop waits for a control message before it looks for room in its
+/// output channels again (unaligned checkpoints only).
+const ROOM_POLL: Duration = Duration::from_millis(1);
 
 /// What a source loop does after handling a control message.
 enum Next {
@@ -330,6 +356,19 @@ where
                 &mut out,
                 &mut rt,
             )? {
+                Next::Continue => continue,
+                Next::Exit => return Ok(()),
+                Next::Finish => return finish_source(&mut source, &mut out, &mut rt),
+            }
+        }
+        if rt.unaligned && !exhausted && !out.has_room() {
+            // Back-pressured: wait for room outside a send, watching for a trigger, so that an
+            // unaligned checkpoint starts at once instead of after the send.
+            let start = Instant::now();
+            let next =
+                wait_for_control(ROOM_POLL, &mut source, &mut watermarks, &mut out, &mut rt)?;
+            crate::channel::add_backpressure(start.elapsed().as_nanos() as u64);
+            match next {
                 Next::Continue => continue,
                 Next::Exit => return Ok(()),
                 Next::Finish => return finish_source(&mut source, &mut out, &mut rt),

@@ -943,4 +943,37 @@ mod tests {
         before.sort();
         assert_eq!(before, [1, 10, 11, 12]);
     }
+
+    #[test]
+    fn what_a_capture_holds_back_counts_against_the_channels_capacity() {
+        let (sink, rx, backlog) = crate::channel::direct::<u32>(4);
+        let (ctl, control) = unbounded();
+        for r in [1, 2, 3] {
+            sink.send(Element::Records(vec![r])).unwrap();
+        }
+        sink.send(Element::Barrier(unaligned(1))).unwrap();
+        ctl.send(TaskControl::PriorityBarrier(unaligned(1)))
+            .unwrap();
+        let mut gate = InputGate::new(vec![rx], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(ChannelStateCodec::new(), None)
+            .unwrap()
+            .with_backlogs(vec![Some(backlog.clone())]);
+        assert!(matches!(
+            gate.next(None).unwrap(),
+            GateEvent::Unaligned { .. }
+        ));
+        // The channel is empty, but the three batches held back leave room for one.
+        let held = backlog.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(held, 3);
+        assert!(sink.has_room());
+        sink.send(Element::Records(vec![4])).unwrap();
+        assert!(
+            !sink.has_room(),
+            "three held back and one queued fill a channel of four"
+        );
+        assert_eq!(next_records(&mut gate, 1), [1]);
+        assert!(sink.has_room());
+        assert_eq!(next_records(&mut gate, 3), [2, 3, 4]);
+        assert_eq!(backlog.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
 }

@@ -68,6 +68,10 @@ pub struct RunArgs {
     /// the records queued in the channels, which are stored with the checkpoint.
     #[arg(long)]
     pub unaligned: bool,
+    /// Batches each channel between two subtasks holds (the data in flight under
+    /// back-pressure, which an aligned barrier waits behind).
+    #[arg(long, value_name = "BATCHES", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub channel_capacity: u32,
     /// Where keyed state lives: `hashmap` or `rocksdb` (`state.backend.type`).
     #[arg(long, value_name = "TYPE", default_value = "hashmap")]
     pub state_backend: String,
@@ -144,6 +148,7 @@ pub fn execution_config(run: &RunArgs, dir: PathBuf) -> Result<ExecutionConfig, 
             delay: Duration::from_millis(100),
         },
         state_backend: run.state_backend()?,
+        channel_capacity: run.channel_capacity as usize,
         ..ExecutionConfig::default()
     })
 }

@@ -157,14 +157,7 @@ impl CheckpointStorage {
             .iter()
             .fold(0, |crc, c| crc32c::crc32c_append(crc, c));
         self.io.put_chunks(&relative, chunks)?;
-        Ok(StateHandle {
-            path: relative,
-            size,
-            checksum,
-            kind,
-            shared: true,
-            inline: None,
-        })
+        Ok(shared_handle(relative, size, checksum, kind))
     }
 
     /// Writes one shared state file from the local file `local`, read a part at a time
@@ -176,14 +169,7 @@ impl CheckpointStorage {
         local: &Path,
     ) -> Result<StateHandle, StorageError> {
         let (size, checksum) = self.io.put_file(&relative, local)?;
-        Ok(StateHandle {
-            path: relative,
-            size,
-            checksum,
-            kind,
-            shared: true,
-            inline: None,
-        })
+        Ok(shared_handle(relative, size, checksum, kind))
     }
 
     /// Copies a state file (or inline state) into the local file `dest`, a part at a time,
@@ -489,6 +475,18 @@ pub(crate) fn check_file(
 ) -> Result<(), StorageError> {
     check_size(path, bytes.len() as u64, size)?;
     check_checksum(path, crc32c::crc32c(bytes), checksum)
+}
+
+/// The handle of a shared state file written at `path`.
+fn shared_handle(path: String, size: u64, checksum: u32, kind: HandleKind) -> StateHandle {
+    StateHandle {
+        path,
+        size,
+        checksum,
+        kind,
+        shared: true,
+        inline: None,
+    }
 }
 
 fn check_checksum(path: &str, actual: u32, expected: u32) -> Result<(), StorageError> {

@@ -38,11 +38,17 @@ const INJECT: &str = "lines,words,counts,output:0.02";
 
 #[test]
 fn twenty_runs_with_injected_subtask_failures_commit_every_count_exactly_once() {
+    with_injected_failures(20, 1000, &[]);
+}
+
+/// `runs` runs of wordcount with failures injected, with `extra` arguments (input seeds from
+/// `seed`): every count must be committed exactly once, and failures must have struck.
+fn with_injected_failures(runs: u64, seed: u64, extra: &[&str]) {
     let mut total_restarts = 0;
-    for run in 0..20 {
+    for run in 0..runs {
         let dir = tempfile::tempdir().unwrap();
-        let input = write_text_input(dir.path(), 1000 + run, 3, 1500);
-        let out = wordcount(dir.path(), &input, &[], Some(INJECT));
+        let input = write_text_input(dir.path(), seed + run, 3, 1500);
+        let out = wordcount(dir.path(), &input, extra, Some(INJECT));
         let stdout = text(&out.stdout);
         assert!(
             out.status.success(),
@@ -53,8 +59,8 @@ fn twenty_runs_with_injected_subtask_failures_commit_every_count_exactly_once() 
         assert_exactly_once(&input, &dir.path().join("output"));
     }
     assert!(
-        total_restarts >= 20,
-        "only {total_restarts} injected failures over 20 runs"
+        total_restarts >= runs,
+        "only {total_restarts} injected failures over {runs} runs"
     );
 }
 
@@ -68,24 +74,7 @@ fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
 #[test]
 fn with_unaligned_checkpoints_injected_failures_and_sigkills_commit_every_count_exactly_once() {
     const UNALIGNED: [&str; 2] = ["-D", "execution.checkpointing.unaligned.enabled=true"];
-    let mut total_restarts = 0;
-    for run in 0..5 {
-        let dir = tempfile::tempdir().unwrap();
-        let input = write_text_input(dir.path(), 4000 + run, 3, 1500);
-        let out = wordcount(dir.path(), &input, &UNALIGNED, Some(INJECT));
-        let stdout = text(&out.stdout);
-        assert!(
-            out.status.success(),
-            "run {run}: {stdout}\n{}",
-            text(&out.stderr)
-        );
-        total_restarts += restarts(&stdout);
-        assert_exactly_once(&input, &dir.path().join("output"));
-    }
-    assert!(
-        total_restarts >= 5,
-        "only {total_restarts} injected failures over 5 runs"
-    );
+    with_injected_failures(5, 4000, &UNALIGNED);
     killed_and_resumed(2, &UNALIGNED);
 }
 

@@ -129,6 +129,10 @@ cargo test --workspace "${features[@]}" --test e2e "$@" -- \
   restore_matrix:: chaos::twenty_runs chaos::five_runs kill_and_resume:: sources_ending:: \
   cluster::a_task_manager_killed
 unset WEIR_STATE_BACKEND_TYPE
+
+echo "scripts/test.sh: the restore matrix again, with unaligned checkpoints" >&2
+WEIR_EXECUTION_CHECKPOINTING_UNALIGNED_ENABLED=true \
+  cargo test --workspace "${features[@]}" --test e2e "$@" -- restore_matrix::every
 # Last: documentation tests build the libraries without the tests' dev-dependencies, which the
 # passes above would otherwise rebuild.
 cargo test --workspace --doc "${features[@]}" "$@"

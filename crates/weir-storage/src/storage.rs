@@ -341,7 +341,10 @@ impl CheckpointStorage {
     pub fn discard_checkpoint(&self, id: CheckpointId) -> Result<(), StorageError> {
         let dir = CheckpointLayout::checkpoint_dir_name(id);
         let mut files = self.io.list_files(&dir)?;
-        files.sort_by_key(|f| f.relative.ends_with(METADATA_FILE));
+        // Invariant: `_metadata` goes first. A process killed halfway then leaves a directory
+        // without it, which the next start deletes as incomplete — never a checkpoint that
+        // looks complete but lacks some of its files.
+        files.sort_by_key(|f| !f.relative.ends_with(METADATA_FILE));
         for file in files {
             self.io.delete(&file.relative)?;
         }

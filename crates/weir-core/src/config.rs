@@ -3,7 +3,7 @@
 //! A Flink user finds the same keys: `execution.checkpointing.interval`, `.timeout`,
 //! `.min-pause`, `.max-concurrent-checkpoints`, `.tolerable-failed-checkpoints`, `.mode`,
 //! `.num-retained`, `.dir`, `.incremental`, `.data-inline-threshold`,
-//! `.checkpoints-after-tasks-finish` (always on), `.unaligned.enabled`,
+//! `.checkpoints-after-tasks-finish` (always on), `.unaligned.enabled`, `.aligned-checkpoint-timeout`,
 //! `pipeline.max-parallelism`, the keyed state backend `state.backend.type` with
 //! `state.backend.rocksdb.localdir` and `.memory.fixed-per-slot` ([`StateBackendConfig`]), and for `s3://`
 //! checkpoint directories `s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
@@ -31,6 +31,7 @@ mod state_backend;
 pub use high_availability::{HighAvailabilityConfig, ZooKeeperHaConfig};
 pub use state_backend::{StateBackendConfig, StateBackendKind};
 
+use crate::element::BarrierAlignment;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +70,7 @@ pub const OPTIONS: &[(&str, &str)] = &[
     ("execution.checkpointing.incremental", "true"),
     ("execution.checkpointing.data-inline-threshold", "20 kb"),
     ("execution.checkpointing.unaligned.enabled", "false"),
+    ("execution.checkpointing.aligned-checkpoint-timeout", "0 ms"),
     (
         "execution.checkpointing.checkpoints-after-tasks-finish",
         "true",
@@ -365,6 +367,10 @@ pub struct CheckpointConfig {
     /// the data queued in the channels, which is stored with the checkpoint. Savepoints stay
     /// aligned.
     pub unaligned: bool,
+    /// With unaligned checkpoints on (`execution.checkpointing.aligned-checkpoint-timeout`):
+    /// zero, checkpoints start unaligned; more, they start aligned and turn unaligned at a
+    /// subtask that has not aligned one this long after its trigger.
+    pub aligned_timeout: Duration,
     /// Private state of at most this many bytes (operator state, a manifest, a small
     /// snapshot) is kept inline in the checkpoint's metadata instead of a file of its own.
     pub data_inline_threshold: usize,
@@ -439,6 +445,7 @@ impl Default for CheckpointConfig {
             dir: PathBuf::from("./weir-data/checkpoints"),
             incremental: true,
             unaligned: false,
+            aligned_timeout: Duration::ZERO,
             data_inline_threshold: 20 * 1024,
             history_size: 10,
             s3: S3Options::default(),
@@ -504,6 +511,9 @@ impl CheckpointConfig {
             unaligned: config
                 .get_bool("execution.checkpointing.unaligned.enabled")?
                 .unwrap_or(d.unaligned),
+            aligned_timeout: config
+                .get_duration("execution.checkpointing.aligned-checkpoint-timeout")?
+                .unwrap_or(d.aligned_timeout),
             // Sizes past `usize` saturate; `validate` refuses anything over 1 mb.
             data_inline_threshold: config
                 .get_memory_size("execution.checkpointing.data-inline-threshold")?
@@ -517,6 +527,16 @@ impl CheckpointConfig {
         };
         c.validate()?;
         Ok(c)
+    }
+
+    /// How the barriers of periodic checkpoints pass the data queued ahead of them (savepoints
+    /// and final checkpoints are always aligned).
+    pub fn barrier_alignment(&self) -> BarrierAlignment {
+        match (self.unaligned, self.aligned_timeout.as_millis() as u64) {
+            (false, _) => BarrierAlignment::Aligned,
+            (true, 0) => BarrierAlignment::Unaligned,
+            (true, timeout_ms) => BarrierAlignment::AlignedWithTimeout { timeout_ms },
+        }
     }
 
     /// Refuses settings that would hang or make no sense.

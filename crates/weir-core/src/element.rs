@@ -18,9 +18,29 @@ pub struct Barrier {
     /// Trigger time, milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
     pub kind: CheckpointKind,
-    /// An unaligned checkpoint's barrier: it overtakes the data queued ahead of it, and that
-    /// data is stored with the checkpoint (see the runtime's input gate). Savepoints never are.
-    pub unaligned: bool,
+    /// Whether the barrier waits behind the data queued ahead of it or overtakes it.
+    pub alignment: BarrierAlignment,
+}
+
+/// How a barrier passes the data queued ahead of it in a channel (see the runtime's input gate).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum BarrierAlignment {
+    /// Waits behind the data; a subtask snapshots once the barrier arrived on all its inputs.
+    /// Savepoints and a job's final checkpoint always are.
+    Aligned,
+    /// Overtakes the data, which is stored with the checkpoint as channel state.
+    Unaligned,
+    /// Starts aligned, and turns unaligned at a subtask once `timeout_ms` passed since the
+    /// trigger without the subtask having aligned it.
+    AlignedWithTimeout { timeout_ms: u64 },
+}
+
+impl Barrier {
+    /// Whether the barrier is announced ahead of the data queued for the subtasks it goes to:
+    /// it overtakes that data, or may once its timeout passes.
+    pub fn announced(&self) -> bool {
+        self.alignment != BarrierAlignment::Aligned
+    }
 }
 
 /// Whether a channel's producer currently holds back the event time of its consumers.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use weir_checkpoint::{
     Action, CheckpointCoordinator, CheckpointIdCounter, CheckpointStats, Event, RequestId,
 };
-use weir_core::{Barrier, CheckpointId, CheckpointKind, Clock, JobId, SubtaskId};
+use weir_core::{Barrier, BarrierAlignment, CheckpointId, CheckpointKind, Clock, JobId, SubtaskId};
 use weir_storage::{CheckpointMetadata, CheckpointStorage, OperatorMetadata};
 
 use crate::control::Drain;
@@ -410,9 +410,11 @@ impl Driver {
                     id: checkpoint,
                     timestamp_ms,
                     kind,
-                    unaligned: self.coordinator.config().unaligned
-                        && kind == CheckpointKind::Checkpoint
-                        && finish.is_none(),
+                    alignment: if kind == CheckpointKind::Checkpoint && finish.is_none() {
+                        self.coordinator.config().barrier_alignment()
+                    } else {
+                        BarrierAlignment::Aligned
+                    },
                 };
                 tracing::debug!(%checkpoint, ?finish, "triggering checkpoint");
                 for s in sources {

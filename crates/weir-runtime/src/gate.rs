@@ -397,7 +397,7 @@ impl<T> InputGate<T> {
     /// unaligned one, this gate takes them, no aligned checkpoint (a savepoint) is being
     /// aligned, and the gate is not done with it.
     fn starts_capture(&self, barrier: &Barrier) -> bool {
-        barrier.unaligned
+        barrier.alignment == weir_core::BarrierAlignment::Unaligned
             && self.codec.is_some()
             && self.mode == CheckpointingMode::ExactlyOnce
             && self.alignment.is_none()
@@ -593,7 +593,7 @@ mod tests {
             id: CheckpointId(id),
             timestamp_ms: 0,
             kind: CheckpointKind::Checkpoint,
-            unaligned: false,
+            alignment: weir_core::BarrierAlignment::Aligned,
         })
     }
 
@@ -803,7 +803,7 @@ mod tests {
             id: CheckpointId(id),
             timestamp_ms: 0,
             kind: CheckpointKind::Checkpoint,
-            unaligned: true,
+            alignment: weir_core::BarrierAlignment::Unaligned,
         }
     }
 

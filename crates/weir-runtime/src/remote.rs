@@ -199,7 +199,7 @@ mod tests {
             id: CheckpointId(7),
             timestamp_ms: 3,
             kind: CheckpointKind::Checkpoint,
-            unaligned: false,
+            alignment: weir_core::BarrierAlignment::Aligned,
         };
         sink.send(Element::Barrier(barrier)).unwrap();
         sink.send(Element::EndOfInput).unwrap();

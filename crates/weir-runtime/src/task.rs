@@ -64,7 +64,7 @@ impl TaskRuntime {
         barrier: Barrier,
         out: &mut Output<T>,
     ) -> Result<(), TaskError> {
-        if barrier.unaligned {
+        if barrier.announced() {
             for downstream in &self.downstream {
                 let _ = downstream.send(TaskControl::PriorityBarrier(barrier));
             }

@@ -110,6 +110,7 @@ impl Bench {
                     async_duration_ms: 5,
                     alignment_duration_ms: 2,
                     start_delay_ms: 1,
+                    ..AckMetrics::default()
                 },
             })
             .collect()

@@ -67,7 +67,9 @@ pub struct JobVertices {
     pub all: Vec<SubtaskId>,
 }
 
-/// Timings a subtask reports with its acknowledgement, all in milliseconds.
+/// What a subtask reports with its acknowledgement besides its state: timings in
+/// milliseconds, and how its input gate passed the checkpoint's barrier (Flink's
+/// `CheckpointMetrics`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 pub struct AckMetrics {
     /// Synchronous part of the snapshot (the task loop was busy with it).
@@ -78,6 +80,17 @@ pub struct AckMetrics {
     pub alignment_duration_ms: u64,
     /// Time from the trigger until the first barrier reached the subtask.
     pub start_delay_ms: u64,
+    /// The subtask took the checkpoint unaligned: the barrier overtook the data queued in its
+    /// input channels, and that data went with the snapshot as channel state.
+    pub unaligned: bool,
+    /// Bytes of channel state (in-flight data) the snapshot wrote, as encoded: Flink's
+    /// persisted data. 0 when the subtask took the checkpoint aligned. Part of the
+    /// acknowledged state's `persisted_size` too.
+    pub persisted_data: u64,
+    /// Records handed to the operator while the subtask aligned the barrier (from the channels
+    /// it had not reached yet): Flink's processed data, counted in records, because records
+    /// in a Weir process are never serialised to be counted in bytes.
+    pub processed_records: u64,
 }
 
 /// What the driver tells the coordinator. Each is handled with the current time by

@@ -48,7 +48,14 @@ pub struct SubtaskAckStats {
     pub alignment_duration_ms: u64,
     pub start_delay_ms: u64,
     pub state_size: u64,
+    /// Bytes the snapshot wrote, its channel state included.
     pub persisted_size: u64,
+    /// Taken unaligned, with the data queued in the input channels as channel state.
+    pub unaligned: bool,
+    /// Bytes of channel state written (Flink's persisted data); part of `persisted_size`.
+    pub persisted_data: u64,
+    /// Records processed during alignment (Flink's processed data, in records).
+    pub processed_records: u64,
 }
 
 /// A subtask's line in a checkpoint's details; `ack` is `None` until it acknowledged.
@@ -72,8 +79,14 @@ pub struct CheckpointStatsEntry {
     pub end_to_end_duration_ms: u64,
     /// Bytes of all state referenced (full size), over the acknowledgements so far.
     pub state_size: u64,
-    /// Bytes this checkpoint wrote itself (incremental size).
+    /// Bytes this checkpoint wrote itself (incremental size), channel state included.
     pub persisted_size: u64,
+    /// Some subtask took it unaligned (Flink's `UNALIGNED_CHECKPOINT`).
+    pub unaligned: bool,
+    /// Bytes of channel state its subtasks wrote, over the acknowledgements so far.
+    pub persisted_data: u64,
+    /// Records its subtasks processed during alignment, over the acknowledgements so far.
+    pub processed_records: u64,
     pub metadata_size: Option<u64>,
     pub num_acknowledged_subtasks: usize,
     pub num_subtasks: usize,
@@ -88,6 +101,10 @@ pub struct CompletedCheckpointSummary {
     pub end_to_end_duration_ms: StatsSummary,
     pub state_size: StatsSummary,
     pub persisted_size: StatsSummary,
+    /// Bytes of channel state per checkpoint.
+    pub persisted_data: StatsSummary,
+    /// Records processed during alignment per checkpoint.
+    pub processed_records: StatsSummary,
 }
 
 /// The checkpoint the job was last restored from.
@@ -165,6 +182,9 @@ impl CheckpointStats {
             end_to_end_duration_ms: 0,
             state_size: 0,
             persisted_size: 0,
+            unaligned: false,
+            persisted_data: 0,
+            processed_records: 0,
             metadata_size: None,
             num_acknowledged_subtasks: 0,
             num_subtasks: subtasks.len(),
@@ -210,10 +230,16 @@ impl CheckpointStats {
             start_delay_ms: metrics.start_delay_ms,
             state_size: state.state_size,
             persisted_size: state.persisted_size,
+            unaligned: metrics.unaligned,
+            persisted_data: metrics.persisted_data,
+            processed_records: metrics.processed_records,
         });
         entry.num_acknowledged_subtasks += 1;
         entry.state_size += state.state_size;
         entry.persisted_size += state.persisted_size;
+        entry.unaligned |= metrics.unaligned;
+        entry.persisted_data += metrics.persisted_data;
+        entry.processed_records += metrics.processed_records;
         entry.latest_ack_timestamp_ms = Some(now_ms);
         entry.end_to_end_duration_ms = now_ms.saturating_sub(entry.trigger_timestamp_ms);
     }
@@ -228,9 +254,17 @@ impl CheckpointStats {
         self.counts.completed += 1;
         let end_to_end = now_ms.saturating_sub(checkpoint.trigger_timestamp_ms);
         let (state_size, persisted_size) = (checkpoint.state_size(), checkpoint.persisted_size());
+        // The in-flight data came with the acknowledgements, which only the history entry
+        // added up; one evicted before its checkpoint completed (more checkpoints pending than
+        // the history holds) counts as none.
+        let (persisted_data, processed_records) = self
+            .entry(checkpoint.id)
+            .map_or((0, 0), |e| (e.persisted_data, e.processed_records));
         self.summary.end_to_end_duration_ms.add(end_to_end);
         self.summary.state_size.add(state_size);
         self.summary.persisted_size.add(persisted_size);
+        self.summary.persisted_data.add(persisted_data);
+        self.summary.processed_records.add(processed_records);
         let num_subtasks = checkpoint.subtask_states.len();
         let entry = match self.entry_mut(checkpoint.id) {
             Some(entry) => entry,
@@ -320,6 +354,7 @@ mod tests {
             async_duration_ms: 2,
             alignment_duration_ms: 3,
             start_delay_ms: 4,
+            ..AckMetrics::default()
         };
         let state = SubtaskState {
             handles: vec![],
@@ -357,6 +392,59 @@ mod tests {
             stats.latest.failed.as_ref().map(|e| e.id),
             Some(CheckpointId(1))
         );
+    }
+
+    #[test]
+    fn a_checkpoint_is_unaligned_once_any_subtask_took_it_unaligned_and_sums_its_in_flight_data() {
+        let mut stats = CheckpointStats::new(5);
+        let p = pending(1, 100, 2);
+        stats.report_pending(&p, &subtasks(2));
+        let state = SubtaskState {
+            handles: vec![],
+            state_size: 500,
+            persisted_size: 300,
+        };
+        let aligned = AckMetrics {
+            processed_records: 7,
+            ..AckMetrics::default()
+        };
+        stats.report_ack(CheckpointId(1), 0, 110, &aligned, &state);
+        let e = stats.entry(CheckpointId(1)).unwrap();
+        assert!(!e.unaligned);
+        assert_eq!((e.persisted_data, e.processed_records), (0, 7));
+
+        let unaligned = AckMetrics {
+            unaligned: true,
+            persisted_data: 200,
+            ..AckMetrics::default()
+        };
+        stats.report_ack(CheckpointId(1), 1, 120, &unaligned, &state);
+        let e = stats.entry(CheckpointId(1)).unwrap();
+        assert!(e.unaligned);
+        assert_eq!((e.persisted_data, e.processed_records), (200, 7));
+        let lines: Vec<(bool, u64)> = e
+            .subtasks
+            .iter()
+            .map(|l| l.ack.map(|a| (a.unaligned, a.persisted_data)).unwrap())
+            .collect();
+        assert_eq!(lines, vec![(false, 0), (true, 200)]);
+
+        let completed = CompletedCheckpoint {
+            job: weir_core::JobId(1),
+            id: CheckpointId(1),
+            kind: CheckpointKind::Checkpoint,
+            trigger_timestamp_ms: 100,
+            completion_timestamp_ms: 120,
+            subtask_states: subtasks(2)
+                .into_iter()
+                .map(|s| (s, state.clone()))
+                .collect(),
+        };
+        stats.report_completed(&completed, 64, 125);
+        let e = stats.latest.completed.as_ref().unwrap();
+        assert!(e.unaligned);
+        assert_eq!(stats.summary.persisted_data.snapshot().max, 200);
+        assert_eq!(stats.summary.processed_records.snapshot().max, 7);
     }
 
     #[test]

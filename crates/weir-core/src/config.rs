@@ -127,6 +127,11 @@ pub const OPTIONS: &[(&str, &str)] = &[
         "(the system's temporary directory)",
     ),
     ("state.backend.rocksdb.memory.fixed-per-slot", "256 mb"),
+    ("state.backend.local-recovery", "false"),
+    (
+        "taskmanager.state.local.root-dirs",
+        "(the system's temporary directory)",
+    ),
     ("high-availability.type", "none (or zookeeper)"),
     (
         "high-availability.zookeeper.quorum",
@@ -378,6 +383,10 @@ pub struct CheckpointConfig {
     pub history_size: u32,
     /// How to reach an `s3://` checkpoint directory.
     pub s3: S3Options,
+    /// Local recovery (`state.backend.local-recovery`): where the process keeps a local copy of
+    /// the state files it wrote for its latest checkpoints (`taskmanager.state.local.root-dirs`),
+    /// which a restore in the same process reads instead of the checkpoint storage. `None`: off.
+    pub local_recovery: Option<PathBuf>,
 }
 
 /// The `s3.*` options: how to reach S3 or an S3-compatible server for `s3://` checkpoint
@@ -449,6 +458,7 @@ impl Default for CheckpointConfig {
             data_inline_threshold: 20 * 1024,
             history_size: 10,
             s3: S3Options::default(),
+            local_recovery: None,
         }
     }
 }
@@ -524,6 +534,15 @@ impl CheckpointConfig {
                 .get_u32("web.checkpoints.history")?
                 .unwrap_or(d.history_size),
             s3: S3Options::from_config(config)?,
+            local_recovery: match config.get_bool("state.backend.local-recovery")? {
+                Some(true) => Some(
+                    config
+                        .get("taskmanager.state.local.root-dirs")
+                        .filter(|d| !d.is_empty())
+                        .map_or_else(std::env::temp_dir, PathBuf::from),
+                ),
+                _ => None,
+            },
         };
         c.validate()?;
         Ok(c)

@@ -3,7 +3,9 @@
 //!
 //! Job scope (`flink_jobmanager_job_*`, labels `job_id`, `job_name`): `lastCheckpointDuration`
 //! (ms), `lastCheckpointSize` (bytes this checkpoint wrote: its incremental size),
-//! `lastCheckpointFullSize` (bytes of all state it references), `lastCompletedCheckpointId`,
+//! `lastCheckpointFullSize` (bytes of all state it references), `lastCheckpointPersistedData`
+//! (bytes of channel state it wrote), `lastCheckpointProcessedData` (records processed during
+//! its alignment: records, where Flink counts bytes), `lastCompletedCheckpointId`,
 //! `lastCheckpointRestoreTimestamp`, `numberOfCompletedCheckpoints`,
 //! `numberOfFailedCheckpoints`, `numberOfInProgressCheckpoints`, `totalNumberOfCheckpoints`,
 //! `numRestarts`, `uptime` (ms).
@@ -89,7 +91,7 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
     } else {
         0
     };
-    let job_metrics: [(&str, &str, f64); 11] = [
+    let job_metrics: [(&str, &str, f64); 13] = [
         (
             "lastCheckpointDuration",
             "The time it took to complete the last checkpoint, in milliseconds.",
@@ -104,6 +106,16 @@ pub fn render(job: &JobHandle, stats: &CheckpointStats, rates: &Rates) -> String
             "lastCheckpointFullSize",
             "The full size of the state of the last checkpoint, in bytes.",
             last.map_or(0.0, |e| e.state_size as f64),
+        ),
+        (
+            "lastCheckpointPersistedData",
+            "Bytes of in-flight data (channel state) the last checkpoint wrote; 0 if it was aligned.",
+            last.map_or(0.0, |e| e.persisted_data as f64),
+        ),
+        (
+            "lastCheckpointProcessedData",
+            "Records processed while the last checkpoint's barriers were aligned (records, not bytes).",
+            last.map_or(0.0, |e| e.processed_records as f64),
         ),
         (
             "lastCompletedCheckpointId",

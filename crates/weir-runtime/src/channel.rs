@@ -7,7 +7,7 @@
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use weir_core::Element;
+use weir_core::{Barrier, Element};
 
 use crate::error::TaskError;
 
@@ -23,10 +23,17 @@ pub enum Either<A, B> {
 /// batch here, never per record in the producer.
 pub trait ChannelSink<T>: Send {
     fn send(&self, element: Element<T>) -> Result<(), TaskError>;
-    /// Whether a send now would not wait (the consumer's queue has room). A channel to
-    /// another process always says yes: its flow control waits inside `send`.
+    /// Whether a send now would not wait: the consumer's queue has room beyond what the
+    /// consumer holds back (see [`Backlog`]).
     fn has_room(&self) -> bool {
         true
+    }
+    /// Tells the consumer, ahead of the data queued for it, that `barrier` follows it (an
+    /// unaligned checkpoint's barrier, see [`Barrier::announced`]). A consumer in this
+    /// process hears it through its control channel instead, so this does nothing here; a
+    /// channel to another process sends it as a priority frame.
+    fn announce(&self, _barrier: Barrier) -> Result<(), TaskError> {
+        Ok(())
     }
 }
 

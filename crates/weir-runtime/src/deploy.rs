@@ -129,13 +129,8 @@ pub fn deploy(
 ) -> Result<Deployed, JobError> {
     let n = graph.nodes.len();
     let is_local = |s: SubtaskId| network.is_none_or(|net| net.is_local(s));
-    if network.is_some() && config.checkpoint.unaligned {
-        return Err(JobError::InvalidJob(
-            "unaligned checkpoints (execution.checkpointing.unaligned.enabled) run in one process only for now: on a cluster, leave the option off (checkpoints are then aligned)".into(),
-        ));
-    }
     // Every subtask's control channel, made first: an unaligned barrier reaches the subtasks
-    // downstream through theirs.
+    // downstream through theirs (from another process, through the network's priority frames).
     let mut controls: HashMap<SubtaskId, (Sender<TaskControl>, Receiver<TaskControl>)> =
         HashMap::new();
     let mut downstream: HashMap<SubtaskId, Vec<Sender<TaskControl>>> = HashMap::new();
@@ -191,8 +186,17 @@ pub fn deploy(
                     }
                     (Some(net), false, true) => {
                         let (decoder, input) = (edge.channel.remote_in)(config.channel_capacity);
-                        let credit =
-                            net.incoming(key, producer, config.channel_capacity, decoder)?;
+                        let (control, _) = controls
+                            .get(&consumer)
+                            .expect("a control channel was made for every local subtask");
+                        let priority = crate::remote::priority_receiver(control.clone());
+                        let credit = net.incoming(
+                            key,
+                            producer,
+                            config.channel_capacity,
+                            decoder,
+                            priority,
+                        )?;
                         inputs[edge.to][j].push(input(credit));
                     }
                     _ => {}
@@ -215,6 +219,12 @@ pub fn deploy(
     let mut deployed = Deployed::new(attempt);
     let mut bodies = Vec::new();
     let restore_start = Instant::now();
+    let local_reads = |r: &Option<Restore<'_>>| {
+        r.as_ref()
+            .and_then(|r| r.storage.local_copy())
+            .map_or((0, 0), |l| l.reads())
+    };
+    let local_before = local_reads(&restore);
     let alignment = crate::alignment::AlignmentGroups::default();
     let mut restored_states = match restore {
         Some(r) => read_states(
@@ -300,12 +310,17 @@ pub fn deploy(
         let bytes = metadata.checkpoint.state_size();
         let ms = restore_start.elapsed().as_millis() as u64;
         let rate = bytes as f64 / 1e6 / (ms.max(1) as f64 / 1000.0);
+        let (files, local_bytes) = local_reads(&restore);
+        let (local_files, local_bytes) = (files - local_before.0, local_bytes - local_before.1);
         tracing::info!(
             checkpoint = %metadata.checkpoint.id,
             bytes,
             ms,
-            "restored {:.1} MB of state in {ms} ms ({rate:.0} MB/s)",
-            bytes as f64 / 1e6
+            local_files,
+            local_bytes,
+            "restored {:.1} MB of state in {ms} ms ({rate:.0} MB/s; {:.1} MB of it from the local copy)",
+            bytes as f64 / 1e6,
+            local_bytes as f64 / 1e6
         );
     }
     // Invariant: the driver knows the new attempt before any of its subtasks can report, or it

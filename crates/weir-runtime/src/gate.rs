@@ -7,6 +7,15 @@
 //! never reach the operator before its snapshot. At-least-once: channels are never blocked;
 //! the snapshot happens when the last barrier arrives.
 //!
+//! Unaligned: a barrier that overtakes the data — announced on the control channel ahead of it
+//! ([`TaskControl::PriorityBarrier`]), or met in a channel first — makes the gate *capture*:
+//! it reads every live channel up to the barrier's place in it into a replay queue, handing
+//! nothing on, and reports [`GateEvent::Unaligned`] with what the queues hold (the channel
+//! state); the queues are handed on next, before anything newer. A barrier aligned with a
+//! timeout starts as an aligned one, and the gate captures once the timeout after the trigger
+//! has passed without the gate having aligned it: the channels that delivered the barrier
+//! already hold nothing ahead of it, the others are read up to it.
+//!
 //! Watermarks and idleness go through the gate's [`WatermarkValve`]: the subtask's watermark is
 //! the minimum over its live, active inputs. They travel in the same FIFO channels as records
 //! and barriers, so a watermark never overtakes a barrier (or a record) sent before it, and a
@@ -14,8 +23,10 @@
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 use std::collections::{BTreeSet, VecDeque};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use weir_core::{Barrier, CheckpointId, CheckpointingMode, Element, WatermarkStatus};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use weir_core::{
+    Barrier, BarrierAlignment, CheckpointId, CheckpointingMode, Element, WatermarkStatus,
+};
 
 use crate::channel_state::ChannelStateCodec;
 use crate::control::TaskControl;
@@ -40,6 +51,8 @@ pub enum GateEvent<T> {
         barrier: Barrier,
         alignment_ms: u64,
         start_delay_ms: u64,
+        /// Records handed on from the channels still ahead of the barrier while aligning.
+        processed_records: u64,
     },
     /// An unaligned checkpoint's barrier reached the subtask: snapshot now and forward it.
     /// `channels` is the channel state — what the input channels held ahead of the barrier,
@@ -49,6 +62,9 @@ pub enum GateEvent<T> {
         /// From the barrier's first arrival to the last channel's part captured.
         alignment_ms: u64,
         start_delay_ms: u64,
+        /// Records handed on while the checkpoint was aligned, before it turned unaligned
+        /// (a barrier aligned with a timeout).
+        processed_records: u64,
         channels: Vec<u8>,
     },
     Control(TaskControl),
@@ -62,6 +78,8 @@ struct Alignment {
     barrier: Barrier,
     first_arrival: Instant,
     start_delay_ms: u64,
+    /// Records handed on since the first arrival.
+    processed_records: u64,
 }
 
 /// Reads a subtask's channels and aligns barriers.
@@ -88,7 +106,8 @@ pub struct InputGate<T> {
     pending: Option<GateEvent<T>>,
     next: usize,
     /// Per channel, for a channel from another process: grants its producer a credit for each
-    /// element taken out of the queue.
+    /// element taken out of the queue (captured ones too), and tells it how many the replay
+    /// queue holds back.
     credits: Vec<Option<crate::remote::CreditReturn>>,
     // Invariant: a channel's replay queue is read before the channel itself, so its elements
     // keep their order.
@@ -102,6 +121,8 @@ pub struct InputGate<T> {
     capture: Option<(Barrier, Option<usize>)>,
     /// Control messages that came during a capture, handed on after it.
     deferred: VecDeque<TaskControl>,
+    /// A barrier aligned with a timeout, announced or met, and when it turns unaligned here.
+    timer: Option<(Barrier, Instant)>,
     // Invariant: a channel's backlog is the length of its replay queue, so that what a
     // capture takes out of a channel still counts against its capacity.
     /// Per channel, shared with its producer (`None`: the producer does not ask).
@@ -134,6 +155,7 @@ impl<T> InputGate<T> {
             codec: None,
             capture: None,
             deferred: VecDeque::new(),
+            timer: None,
             backlogs: Vec::new(),
         }
     }
@@ -158,6 +180,10 @@ impl<T> InputGate<T> {
             } else {
                 b.fetch_sub(delta.unsigned_abs(), std::sync::atomic::Ordering::Relaxed);
             }
+        }
+        // A remote channel's producer learns the same through the channel's credits.
+        if let Some(Some(credit)) = self.credits.get(i) {
+            credit.held(self.replay[i].len());
         }
     }
 
@@ -224,6 +250,9 @@ impl<T> InputGate<T> {
                 let event = self.on_control(c);
                 return self.captured_or(event);
             }
+            if self.timer.is_some() && self.timer_expired(Instant::now()) {
+                return self.captured_or(GateEvent::Timeout);
+            }
             // Fast path while data flows: poll the readable channels round-robin, each one's
             // replay queue first.
             let n = self.channels.len();
@@ -255,13 +284,21 @@ impl<T> InputGate<T> {
                         let event = self.on_control(c);
                         return self.captured_or(event);
                     }
-                    Waited::Timeout => return Ok(GateEvent::Timeout),
+                    Waited::Timeout => {
+                        if self.timer_expired(Instant::now()) {
+                            return self.captured_or(GateEvent::Timeout);
+                        }
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            return Ok(GateEvent::Timeout);
+                        }
+                        continue;
+                    }
                 },
             };
             self.next = (i + 1) % n.max(1);
             if from_channel {
                 if let Some(Some(credit)) = self.credits.get(i) {
-                    credit();
+                    credit.taken();
                 }
             }
             let event = self.on_element(i, element);
@@ -282,11 +319,15 @@ impl<T> InputGate<T> {
         if let Some(event) = self.pending.take() {
             return Ok(event);
         }
+        let wake = self.timer_wake().map_or(deadline, |t| t.min(deadline));
         let control = match self.deferred.pop_front() {
             Some(c) => c,
-            None => match self.control.recv_deadline(deadline) {
+            None => match self.control.recv_deadline(wake) {
                 Ok(c) => c,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => return Ok(GateEvent::Timeout),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    self.timer_expired(Instant::now());
+                    return self.captured_or(GateEvent::Timeout);
+                }
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                     return Ok(GateEvent::Control(TaskControl::Cancel))
                 }
@@ -315,10 +356,22 @@ impl<T> InputGate<T> {
         barrier: Barrier,
         arrived_on: Option<usize>,
     ) -> Result<GateEvent<T>, TaskError> {
-        let first_arrival = Instant::now();
-        let start_delay_ms = now_ms().saturating_sub(barrier.timestamp_ms);
+        // A barrier aligned with a timeout may have reached some channels already: they hold
+        // nothing ahead of it.
+        let aligning = self
+            .alignment
+            .as_ref()
+            .filter(|a| a.barrier.id == barrier.id);
+        let first_arrival = aligning.map_or_else(Instant::now, |a| a.first_arrival);
+        let start_delay_ms = aligning.map_or_else(
+            || now_ms().saturating_sub(barrier.timestamp_ms),
+            |a| a.start_delay_ms,
+        );
+        let processed_records = aligning.map_or(0, |a| a.processed_records);
         let mut waiting: Vec<bool> = (0..self.channels.len())
-            .map(|i| !self.ended[i] && Some(i) != arrived_on)
+            .map(|i| {
+                !self.ended[i] && Some(i) != arrived_on && !(aligning.is_some() && self.seen[i])
+            })
             .collect();
         while waiting.iter().any(|w| *w) {
             let mut select = Select::new();
@@ -357,7 +410,7 @@ impl<T> InputGate<T> {
                 .recv(&self.channels[i])
                 .map_err(|_| TaskError::ChannelClosed)?;
             if let Some(Some(credit)) = self.credits.get(i) {
-                credit();
+                credit.taken();
             }
             match element {
                 Element::Barrier(b) if b.id == barrier.id => waiting[i] = false,
@@ -385,24 +438,98 @@ impl<T> InputGate<T> {
             .map_err(|e| TaskError::user(format!("checkpoint {}: {e}", barrier.id)))?;
         self.advance_last_checkpoint(barrier.id);
         self.reset_alignment();
+        // Downstream, the barrier overtakes the data at once.
+        let barrier = Barrier {
+            alignment: BarrierAlignment::Unaligned,
+            ..barrier
+        };
         Ok(GateEvent::Unaligned {
             barrier,
             alignment_ms: first_arrival.elapsed().as_millis() as u64,
             start_delay_ms,
+            processed_records,
             channels,
         })
     }
 
     /// Whether a barrier of checkpoint `barrier` starts an unaligned capture here: it is an
-    /// unaligned one, this gate takes them, no aligned checkpoint (a savepoint) is being
-    /// aligned, and the gate is not done with it.
+    /// unaligned one (or aligned with a timeout that has passed), this gate takes them, no
+    /// other checkpoint (a savepoint) is being aligned, and the gate is not done with it.
     fn starts_capture(&self, barrier: &Barrier) -> bool {
-        barrier.alignment == weir_core::BarrierAlignment::Unaligned
-            && self.codec.is_some()
+        let overtakes = match barrier.alignment {
+            BarrierAlignment::Aligned => false,
+            BarrierAlignment::Unaligned => true,
+            BarrierAlignment::AlignedWithTimeout { timeout_ms } => {
+                now_ms() >= barrier.timestamp_ms.saturating_add(timeout_ms)
+            }
+        };
+        overtakes
+            && self.takes_unaligned(barrier)
+            && self
+                .alignment
+                .as_ref()
+                .is_none_or(|a| a.barrier.id == barrier.id)
+    }
+
+    /// Whether this gate may take checkpoint `barrier` unaligned: it stores channel state,
+    /// the mode is exactly-once, and it is not done with the checkpoint.
+    fn takes_unaligned(&self, barrier: &Barrier) -> bool {
+        self.codec.is_some()
             && self.mode == CheckpointingMode::ExactlyOnce
-            && self.alignment.is_none()
             && barrier.id > self.last_checkpoint
             && !self.aborted.contains(&barrier.id)
+    }
+
+    /// Arms the timer of `barrier` if it is aligned with a timeout that this gate may yet
+    /// switch to unaligned.
+    fn arm_timer(&mut self, barrier: &Barrier) {
+        let BarrierAlignment::AlignedWithTimeout { timeout_ms } = barrier.alignment else {
+            return;
+        };
+        if !self.takes_unaligned(barrier) || self.timer.is_some_and(|(b, _)| b.id >= barrier.id) {
+            return;
+        }
+        let due_ms = barrier.timestamp_ms.saturating_add(timeout_ms);
+        let at = Instant::now() + Duration::from_millis(due_ms.saturating_sub(now_ms()));
+        self.timer = Some((*barrier, at));
+    }
+
+    /// When the armed timer goes off, if it can start a capture then.
+    fn timer_wake(&self) -> Option<Instant> {
+        let (barrier, at) = self.timer?;
+        let blocked = self
+            .alignment
+            .as_ref()
+            .is_some_and(|a| a.barrier.id != barrier.id);
+        (self.takes_unaligned(&barrier) && !blocked).then_some(at)
+    }
+
+    /// Whether the armed timer has gone off by `now` for a checkpoint the gate may still take
+    /// unaligned; if so, the capture starts before the call returns. A timer of a checkpoint
+    /// the gate is done with is dropped.
+    fn timer_expired(&mut self, now: Instant) -> bool {
+        let Some((barrier, at)) = self.timer else {
+            return false;
+        };
+        if !self.takes_unaligned(&barrier) {
+            self.timer = None;
+            return false;
+        }
+        if now < at || self.capture.is_some() {
+            return false;
+        }
+        if self
+            .alignment
+            .as_ref()
+            .is_some_and(|a| a.barrier.id != barrier.id)
+        {
+            // Another checkpoint (a savepoint) is being aligned: this one waits behind it.
+            return false;
+        }
+        self.timer = None;
+        tracing::debug!(checkpoint = %barrier.id, "alignment timed out: the checkpoint goes on unaligned");
+        self.capture = Some((barrier, None));
+        true
     }
 
     fn wait(&self, deadline: Option<Instant>) -> Result<Waited<T>, TaskError> {
@@ -414,7 +541,11 @@ impl<T> InputGate<T> {
                 map.push((select.recv(channel), i));
             }
         }
-        let op = match deadline {
+        let wake = match (deadline, self.timer_wake()) {
+            (Some(d), Some(t)) => Some(d.min(t)),
+            (d, t) => d.or(t),
+        };
+        let op = match wake {
             Some(d) => match select.select_deadline(d) {
                 Ok(op) => op,
                 Err(_) => return Ok(Waited::Timeout),
@@ -443,6 +574,8 @@ impl<T> InputGate<T> {
         if let TaskControl::PriorityBarrier(barrier) = &control {
             if self.starts_capture(barrier) {
                 self.capture = Some((*barrier, None));
+            } else {
+                self.arm_timer(barrier);
             }
         }
         if let TaskControl::NotifyAborted(id) = control {
@@ -465,7 +598,12 @@ impl<T> InputGate<T> {
 
     fn on_element(&mut self, i: usize, element: Element<T>) -> Option<GateEvent<T>> {
         match element {
-            Element::Records(batch) => Some(GateEvent::Records(batch)),
+            Element::Records(batch) => {
+                if let Some(a) = &mut self.alignment {
+                    a.processed_records += batch.len() as u64;
+                }
+                Some(GateEvent::Records(batch))
+            }
             Element::Watermark(w) => {
                 let out = self.valve.on_watermark(i, w);
                 self.valve_event(out)
@@ -535,8 +673,10 @@ impl<T> InputGate<T> {
                 barrier,
                 first_arrival: Instant::now(),
                 start_delay_ms: now_ms().saturating_sub(barrier.timestamp_ms),
+                processed_records: 0,
             });
         }
+        self.arm_timer(&barrier);
         self.seen[i] = true;
         self.check_aligned()
     }
@@ -547,12 +687,16 @@ impl<T> InputGate<T> {
             return None;
         }
         let a = self.alignment.take()?;
+        if self.timer.is_some_and(|(b, _)| b.id <= a.barrier.id) {
+            self.timer = None;
+        }
         self.advance_last_checkpoint(a.barrier.id);
         self.reset_alignment();
         Some(GateEvent::Aligned {
             barrier: a.barrier,
             alignment_ms: a.first_arrival.elapsed().as_millis() as u64,
             start_delay_ms: a.start_delay_ms,
+            processed_records: a.processed_records,
         })
     }
 
@@ -593,7 +737,7 @@ mod tests {
             id: CheckpointId(id),
             timestamp_ms: 0,
             kind: CheckpointKind::Checkpoint,
-            alignment: weir_core::BarrierAlignment::Aligned,
+            alignment: BarrierAlignment::Aligned,
         })
     }
 
@@ -803,8 +947,162 @@ mod tests {
             id: CheckpointId(id),
             timestamp_ms: 0,
             kind: CheckpointKind::Checkpoint,
-            alignment: weir_core::BarrierAlignment::Unaligned,
+            alignment: BarrierAlignment::Unaligned,
         }
+    }
+
+    /// A barrier of checkpoint `id` triggered now, aligned until `timeout_ms` have passed.
+    fn with_timeout(id: u64, timeout_ms: u64) -> Barrier {
+        Barrier {
+            id: CheckpointId(id),
+            timestamp_ms: now_ms(),
+            kind: CheckpointKind::Checkpoint,
+            alignment: BarrierAlignment::AlignedWithTimeout { timeout_ms },
+        }
+    }
+
+    #[test]
+    fn a_barrier_aligned_with_a_timeout_aligns_as_usual_while_the_timeout_has_not_passed() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (ctl, control) = unbounded();
+        let b = with_timeout(1, 3_600_000);
+        tx0.send(Element::Records(vec![1])).unwrap();
+        tx0.send(Element::Barrier(b)).unwrap();
+        tx0.send(Element::Records(vec![2])).unwrap();
+        tx1.send(Element::Records(vec![10])).unwrap();
+        tx1.send(Element::Barrier(b)).unwrap();
+        ctl.send(TaskControl::PriorityBarrier(b)).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(ChannelStateCodec::new(), None)
+            .unwrap();
+        // The announcement is handed on and starts nothing.
+        assert!(matches!(
+            gate.next(None).unwrap(),
+            GateEvent::Control(TaskControl::PriorityBarrier(_))
+        ));
+        let mut seen = Vec::new();
+        let (barrier, processed) = loop {
+            match gate.next(None).unwrap() {
+                GateEvent::Records(r) => seen.extend(r),
+                GateEvent::Aligned {
+                    barrier,
+                    processed_records,
+                    ..
+                } => break (barrier, processed_records),
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        seen.sort();
+        assert_eq!(seen, [1, 10]);
+        // Record 10 was handed on after channel 0's barrier only if read after it.
+        assert!(processed <= 1, "{processed}");
+        assert_eq!(barrier, b);
+        assert_eq!(next_records(&mut gate, 1), [2]);
+    }
+
+    #[test]
+    fn an_alignment_counts_the_records_it_hands_on_from_the_channels_still_ahead_of_the_barrier() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        tx0.send(barrier(1)).unwrap();
+        tx0.send(Element::Records(vec![1, 2, 3])).unwrap(); // blocked: not counted
+        tx1.send(Element::Records(vec![10, 11])).unwrap();
+        tx1.send(Element::Records(vec![12])).unwrap();
+        tx1.send(barrier(1)).unwrap();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce);
+        let processed = loop {
+            match gate.next(None).unwrap() {
+                GateEvent::Records(_) => {}
+                GateEvent::Aligned {
+                    processed_records, ..
+                } => break processed_records,
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        assert_eq!(processed, 3);
+    }
+
+    #[test]
+    fn a_barrier_whose_timeout_passed_before_it_arrived_overtakes_the_data_at_once() {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (ctl, control) = unbounded();
+        let late = Barrier {
+            timestamp_ms: now_ms() - 1_000,
+            ..with_timeout(1, 100)
+        };
+        tx0.send(Element::Records(vec![1])).unwrap();
+        tx0.send(Element::Barrier(late)).unwrap();
+        tx1.send(Element::Records(vec![10])).unwrap();
+        tx1.send(Element::Barrier(late)).unwrap();
+        ctl.send(TaskControl::PriorityBarrier(late)).unwrap();
+        let codec = ChannelStateCodec::<u32>::new();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(codec, None)
+            .unwrap();
+        let GateEvent::Unaligned {
+            barrier, channels, ..
+        } = gate.next(None).unwrap()
+        else {
+            panic!("a timed-out announcement did not start an unaligned checkpoint");
+        };
+        // Forwarded as unaligned: downstream it overtakes at once.
+        assert_eq!(barrier.alignment, BarrierAlignment::Unaligned);
+        let state = codec.decode(&channels).unwrap();
+        assert_eq!(records_of(&state[0]), [1]);
+        assert_eq!(records_of(&state[1]), [10]);
+    }
+
+    #[test]
+    fn an_alignment_that_outlasts_its_timeout_turns_unaligned_capturing_only_the_channels_still_ahead_of_the_barrier(
+    ) {
+        let (tx0, rx0) = bounded(16);
+        let (tx1, rx1) = bounded(16);
+        let (_ctl, control) = unbounded();
+        let b = with_timeout(1, 50);
+        tx0.send(Element::Records(vec![1])).unwrap();
+        tx0.send(Element::Barrier(b)).unwrap();
+        tx0.send(Element::Records(vec![2])).unwrap(); // behind the barrier: not channel state
+        tx1.send(Element::Records(vec![10])).unwrap();
+        let codec = ChannelStateCodec::<u32>::new();
+        let mut gate = InputGate::new(vec![rx0, rx1], control, CheckpointingMode::ExactlyOnce)
+            .with_channel_state(codec, None)
+            .unwrap();
+        let mut seen = next_records(&mut gate, 2);
+        seen.sort();
+        assert_eq!(seen, [1, 10]);
+        // Channel 1's barrier comes late, well after the timeout, behind another record.
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            tx1.send(Element::Records(vec![11])).unwrap();
+            tx1.send(Element::Barrier(b)).unwrap();
+            tx1.send(Element::Records(vec![12])).unwrap();
+        });
+        let started = Instant::now();
+        let event = gate.next(None).unwrap();
+        late.join().unwrap();
+        let GateEvent::Unaligned {
+            barrier,
+            channels,
+            processed_records,
+            ..
+        } = event
+        else {
+            panic!("expected the alignment to turn unaligned, got {event:?}");
+        };
+        // Record 10 came while aligning only if channel 0's barrier was read before it.
+        assert!(processed_records <= 1, "{processed_records}");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+        assert_eq!(barrier.id, CheckpointId(1));
+        let state = codec.decode(&channels).unwrap();
+        assert!(state[0].is_empty(), "channel 0 had delivered its barrier");
+        assert_eq!(records_of(&state[1]), [11]);
+        let mut after = next_records(&mut gate, 3);
+        assert_eq!(after[0], 11, "the channel state comes first");
+        after.sort();
+        assert_eq!(after, [2, 11, 12]);
     }
 
     /// The records of `elements`, in order.
@@ -975,5 +1273,134 @@ mod tests {
         assert!(sink.has_room());
         assert_eq!(next_records(&mut gate, 3), [2, 3, 4]);
         assert_eq!(backlog.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
+    /// A remote channel's flow control as its producer would see it: credits granted, and the
+    /// last count of held-back elements.
+    #[derive(Default)]
+    struct RemoteCredits {
+        taken: std::sync::atomic::AtomicUsize,
+        held: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::remote::ConsumerCredits for RemoteCredits {
+        fn taken(&self) {
+            self.taken
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn held(&self, elements: usize) {
+            self.held
+                .store(elements, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_capture_returns_the_credits_of_what_it_takes_from_a_remote_channel_and_reports_it_held_until_handed_on(
+    ) {
+        let (tx, rx) = bounded(16);
+        let (ctl, control) = unbounded();
+        for r in [1, 2, 3] {
+            tx.send(Element::Records(vec![r])).unwrap();
+        }
+        tx.send(Element::Barrier(unaligned(1))).unwrap();
+        ctl.send(TaskControl::PriorityBarrier(unaligned(1)))
+            .unwrap();
+        let credits = std::sync::Arc::new(RemoteCredits::default());
+        let mut gate = InputGate::new(vec![rx], control, CheckpointingMode::ExactlyOnce)
+            .with_credit_returns(vec![Some(credits.clone() as crate::remote::CreditReturn)])
+            .with_channel_state(ChannelStateCodec::new(), None)
+            .unwrap();
+        let count =
+            |c: &std::sync::atomic::AtomicUsize| c.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(matches!(
+            gate.next(None).unwrap(),
+            GateEvent::Unaligned { .. }
+        ));
+        // Everything up to the barrier left the queue: a producer blocked on a send gets
+        // through to its barrier. The three batches held back still count against its room.
+        assert_eq!(count(&credits.taken), 4);
+        assert_eq!(count(&credits.held), 3);
+        assert_eq!(next_records(&mut gate, 1), [1]);
+        assert_eq!(count(&credits.held), 2);
+        assert_eq!(
+            count(&credits.taken),
+            4,
+            "a replayed batch left the queue before"
+        );
+        tx.send(Element::Records(vec![4])).unwrap();
+        assert_eq!(next_records(&mut gate, 3), [2, 3, 4]);
+        assert_eq!(count(&credits.held), 0);
+        assert_eq!(count(&credits.taken), 5);
+    }
+
+    /// A producer across the network: it waits for a credit before each send.
+    struct WaitingProducer {
+        available: std::sync::Mutex<usize>,
+        granted: std::sync::Condvar,
+    }
+
+    impl crate::remote::ConsumerCredits for WaitingProducer {
+        fn taken(&self) {
+            *self.available.lock().unwrap() += 1;
+            self.granted.notify_all();
+        }
+        fn held(&self, _: usize) {}
+    }
+
+    #[test]
+    fn a_producer_waiting_for_credit_gets_through_to_its_barrier_while_its_consumer_captures() {
+        // A remote channel of two elements, whose producer has five batches to send before
+        // its barrier (flushing ahead of it): from the third on it waits for credit, which
+        // only the capture can give back.
+        let (tx, rx) = bounded(2);
+        let (ctl, control) = unbounded();
+        let credits = std::sync::Arc::new(WaitingProducer {
+            available: std::sync::Mutex::new(2),
+            granted: std::sync::Condvar::new(),
+        });
+        let producer = {
+            let credits = credits.clone();
+            std::thread::spawn(move || {
+                let mut elements: Vec<Element<u32>> =
+                    (1..=5).map(|r| Element::Records(vec![r])).collect();
+                elements.push(Element::Barrier(unaligned(1)));
+                for element in elements {
+                    let mut available = credits.available.lock().unwrap();
+                    while *available == 0 {
+                        available = credits.granted.wait(available).unwrap();
+                    }
+                    *available -= 1;
+                    drop(available);
+                    tx.send(element).unwrap();
+                }
+                tx
+            })
+        };
+        ctl.send(TaskControl::PriorityBarrier(unaligned(1)))
+            .unwrap();
+        let codec = ChannelStateCodec::<u32>::new();
+        let mut gate = InputGate::new(vec![rx], control, CheckpointingMode::ExactlyOnce)
+            .with_credit_returns(vec![Some(credits as crate::remote::CreditReturn)])
+            .with_channel_state(codec, None)
+            .unwrap();
+        let (done, captured) = bounded(1);
+        std::thread::spawn(move || {
+            let event = gate.next(None);
+            let _ = done.send(event.map(|e| match e {
+                GateEvent::Unaligned { channels, .. } => Some(channels),
+                _ => None,
+            }));
+            gate
+        });
+        let channels = captured
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the capture waited for a barrier its producer could not send")
+            .unwrap()
+            .expect("an unaligned checkpoint");
+        assert_eq!(
+            records_of(&codec.decode(&channels).unwrap()[0]),
+            [1, 2, 3, 4, 5]
+        );
+        let _tx = producer.join().unwrap();
     }
 }

@@ -214,12 +214,7 @@ where
     let template = Mutex::new(operator);
     Arc::new(move |inputs, outputs, mut rt: TaskRuntime| {
         let inputs = receivers::<I>(inputs)?;
-        // Channels from other processes take no channel state: then neither does the gate.
-        let codec = inputs
-            .iter()
-            .map(|c| c.codec)
-            .collect::<Option<Vec<_>>>()
-            .and_then(|codecs| codecs.first().copied());
+        let codec = inputs.first().map(|c| c.codec);
         let backlogs: Vec<Option<crate::channel::Backlog>> =
             inputs.iter().map(|c| c.backlog.clone()).collect();
         let (channels, credits) = inputs.into_iter().map(|c| (c.receiver, c.credit)).unzip();
@@ -232,7 +227,7 @@ where
                 gate = gate.with_backlogs(backlogs);
             }
             None if restored.is_some() => {
-                return Err("in-flight data of an unaligned checkpoint cannot be restored into channels from other processes".into())
+                return Err("in-flight data of an unaligned checkpoint cannot be restored into a subtask without input channels".into())
             }
             None => {}
         }
@@ -294,19 +289,12 @@ pub fn right_channels<A: Data, B: Data>() -> ChannelFactory {
     }
 }
 
-fn remote_input<T: Data, U: Send + 'static>(
+fn remote_input<T: Data, U: Data>(
     capacity: usize,
     wrap: fn(T) -> U,
 ) -> (FrameDecoder, RemoteInput) {
     let (rx, decoder) = remote_receiver::<T, U>(capacity, wrap);
-    let complete = move |credit: CreditReturn| {
-        Box::new(InputChannel {
-            receiver: rx,
-            credit: Some(credit),
-            codec: None,
-            backlog: None,
-        }) as Erased
-    };
+    let complete = move |credit: CreditReturn| Box::new(InputChannel::remote(rx, credit)) as Erased;
     (decoder, Box::new(complete))
 }
 

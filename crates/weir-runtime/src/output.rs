@@ -135,6 +135,15 @@ impl<T: Clone + Send> Output<T> {
         self.writers.iter_mut().try_for_each(|w| w.barrier(barrier))
     }
 
+    /// Tells every consumer, ahead of the data queued for it, that `barrier` follows (an
+    /// unaligned checkpoint's barrier): a consumer in another process hears it through a
+    /// priority frame of its channel.
+    pub(crate) fn announce(&mut self, barrier: Barrier) -> Result<(), TaskError> {
+        self.writers
+            .iter_mut()
+            .try_for_each(|w| w.announce(barrier))
+    }
+
     /// Sends a watermark downstream, after every record emitted before it. A watermark that
     /// is not larger than the last one sent is dropped, so event time never goes backwards.
     /// Operators whose own watermarks replace their input's (timestamp assigners) call this;

@@ -34,6 +34,9 @@ pub trait EdgeWriter<T>: Send {
     fn flush(&mut self) -> Result<(), TaskError>;
     /// Flushes, then sends a barrier to every consumer.
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError>;
+    /// Tells every consumer, ahead of the data queued for it, that `barrier` follows
+    /// ([`ChannelSink::announce`]).
+    fn announce(&mut self, barrier: Barrier) -> Result<(), TaskError>;
     /// Flushes, then tells every consumer that nothing more will come.
     fn end_of_input(&mut self) -> Result<(), TaskError>;
     /// Flushes, then sends a watermark to every consumer.
@@ -81,6 +84,9 @@ impl<T: Send> EdgeWriter<T> for RoundRobinWriter<T> {
     fn has_room(&self) -> bool {
         self.channels[self.next].has_room()
     }
+    fn announce(&mut self, barrier: Barrier) -> Result<(), TaskError> {
+        self.channels.iter().try_for_each(|c| c.announce(barrier))
+    }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         send_all(&self.channels, || Element::Barrier(barrier))
     }
@@ -122,6 +128,9 @@ impl<T: Clone + Send> EdgeWriter<T> for BroadcastWriter<T> {
     }
     fn has_room(&self) -> bool {
         self.channels.iter().all(|c| c.has_room())
+    }
+    fn announce(&mut self, barrier: Barrier) -> Result<(), TaskError> {
+        self.channels.iter().try_for_each(|c| c.announce(barrier))
     }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         send_all(&self.channels, || Element::Barrier(barrier))
@@ -205,6 +214,9 @@ where
     }
     fn has_room(&self) -> bool {
         self.channels.iter().all(|c| c.has_room())
+    }
+    fn announce(&mut self, barrier: Barrier) -> Result<(), TaskError> {
+        self.channels.iter().try_for_each(|c| c.announce(barrier))
     }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         self.flush()?;

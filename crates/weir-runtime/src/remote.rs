@@ -9,16 +9,33 @@
 //!
 //! Flow control: the consumer's queue of a remote channel holds `capacity` elements, and the
 //! producer may only send as many frames as the consumer granted credits. The consumer's gate
-//! returns a credit each time it takes an element out of the queue ([`CreditReturn`]), so a
-//! full queue stops its producer across the network, as a full in-process queue does, and a
-//! barrier never waits behind more than `capacity` batches.
+//! returns a credit each time it takes an element out of the queue ([`ConsumerCredits::taken`]),
+//! so a full queue stops its producer across the network, as a full in-process queue does, and
+//! a barrier never waits behind more than `capacity` batches.
+//!
+//! Unaligned checkpoints work across processes as they do in one. A barrier that overtakes the
+//! data ([`Barrier::announced`]) first goes out as a *priority frame* ([`ChannelSink::announce`]),
+//! which spends no credit: it leaves at once, ahead of what the producer still has to flush
+//! before the barrier, and the consumer's process, which reads its connections without ever
+//! waiting on a queue, hands it to the consumer subtask's control channel as
+//! [`TaskControl::PriorityBarrier`] ([`priority_receiver`]), ahead of every batch queued there.
+//! The gate then captures the channel up to the barrier's place: it takes the elements out of
+//! the queue and returns their credits at once, so a producer blocked on a send (flushing ahead
+//! of the barrier, or in the middle of a batch) always gets through to the barrier. What the
+//! gate holds back in its replay queue it reports as well ([`ConsumerCredits::held`]); the
+//! producer counts it against its credits when it asks for room ([`FrameWriter::has_room`]), as
+//! [`crate::channel::Backlog`] does in one process, so captures cannot grow the data in flight:
+//! a back-pressured producer with unaligned checkpoints on waits, outside a send, until the
+//! consumer has room beyond what it holds back.
 
 use crossbeam_channel::{Sender, TrySendError};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use weir_core::{Data, Element, SubtaskId};
+use weir_core::{Barrier, Data, Element, SubtaskId};
 
 use crate::channel::{ChannelSink, Either};
+use crate::channel_state::ChannelStateCodec;
+use crate::control::TaskControl;
 use crate::error::{JobError, TaskError};
 
 /// Names one channel of a job: an edge of the graph (its index), and the producer and consumer
@@ -34,21 +51,40 @@ pub struct ChannelKey {
 /// goes out in one write without a copy.
 pub const FRAME_HEADER: usize = 17;
 
-/// The producer's end of one remote channel: sends one frame, waiting for a credit first.
+/// The producer's end of one remote channel.
 pub trait FrameWriter: Send {
     /// Blocks until the consumer granted a credit (the wait counts as back-pressure), then
     /// sends `frame`: [`FRAME_HEADER`] bytes for the writer to fill, then the payload. Fails
     /// once the connection is gone or the attempt was cancelled.
     fn write(&mut self, frame: Vec<u8>) -> Result<(), TaskError>;
+    /// Sends `frame` (laid out as for [`write`](Self::write), its payload a postcard
+    /// [`Barrier`]) as a priority frame: at once, spending no credit, ahead of every frame
+    /// still waiting for one. A channel whose connection is not up yet has carried nothing for
+    /// the barrier to overtake: the frame is then dropped, and the barrier follows in-band.
+    fn write_priority(&mut self, frame: Vec<u8>) -> Result<(), TaskError>;
+    /// Whether the consumer has room: a credit beyond the elements it holds back (see
+    /// [`ConsumerCredits::held`]).
+    fn has_room(&self) -> bool;
 }
 
-/// The consumer's end of one remote channel: decodes a frame and queues its element. It never
-/// blocks: flow control guarantees room in the queue.
+/// The consumer's end of one remote channel: decodes a frame and queues its element (or, for a
+/// priority frame, hands the barrier to the consumer subtask). It never blocks: flow control
+/// guarantees room in the queue.
 pub type FrameDecoder = Box<dyn FnMut(&[u8]) -> Result<(), String> + Send>;
 
-/// Called by the consumer's gate each time it takes an element of a remote channel out of its
-/// queue: grants the producer one more credit.
-pub type CreditReturn = Arc<dyn Fn() + Send + Sync>;
+/// The consumer's side of a remote channel's flow control, driven by its gate.
+pub trait ConsumerCredits: Send + Sync {
+    /// The gate took one element out of the channel's queue — to hand it on, or to capture it
+    /// as channel state: the producer gets one more credit.
+    fn taken(&self);
+    /// The gate now holds back `elements` of the channel's elements in its replay queue
+    /// (captured by an unaligned checkpoint, or restored from one); the producer counts them
+    /// against the channel's capacity when it asks for room.
+    fn held(&self, elements: usize);
+}
+
+/// How a consumer's gate reports to the producer of a remote channel.
+pub type CreditReturn = Arc<dyn ConsumerCredits>;
 
 /// The cluster's data plane, as one deployment of one attempt sees it.
 pub trait Network: Send + Sync {
@@ -61,13 +97,15 @@ pub trait Network: Send + Sync {
         consumer: SubtaskId,
     ) -> Result<Box<dyn FrameWriter>, JobError>;
     /// Registers the incoming end of channel `key`, whose producer `producer` runs elsewhere:
-    /// its frames go to `decoder`, and the producer gets `capacity` credits to start with.
+    /// its frames go to `decoder` and its priority frames to `priority`, and the producer gets
+    /// `capacity` credits to start with.
     fn incoming(
         &self,
         key: ChannelKey,
         producer: SubtaskId,
         capacity: usize,
         decoder: FrameDecoder,
+        priority: FrameDecoder,
     ) -> Result<CreditReturn, JobError>;
 }
 
@@ -75,10 +113,10 @@ pub trait Network: Send + Sync {
 pub struct InputChannel<T> {
     pub receiver: crossbeam_channel::Receiver<Element<T>>,
     pub credit: Option<CreditReturn>,
-    /// How the channel's elements are stored as channel state by unaligned checkpoints
-    /// (`None`: a channel from another process, which takes none yet).
-    pub codec: Option<crate::channel_state::ChannelStateCodec<T>>,
-    /// What the consumer took out of the channel and holds back, shared with the producer.
+    /// How the channel's elements are stored as channel state by unaligned checkpoints.
+    pub codec: ChannelStateCodec<T>,
+    /// What the consumer took out of the channel and holds back, shared with the producer
+    /// (in-process channels; a remote channel's producer learns it through [`Self::credit`]).
     pub backlog: Option<crate::channel::Backlog>,
 }
 
@@ -90,8 +128,22 @@ impl<T: Data> InputChannel<T> {
         InputChannel {
             receiver,
             credit: None,
-            codec: Some(crate::channel_state::ChannelStateCodec::new()),
+            codec: ChannelStateCodec::new(),
             backlog: Some(backlog),
+        }
+    }
+
+    /// The consumer's end of a channel from another process: its queue, filled by the frame
+    /// decoder, and how its gate reports to the producer.
+    pub fn remote(
+        receiver: crossbeam_channel::Receiver<Element<T>>,
+        credit: CreditReturn,
+    ) -> InputChannel<T> {
+        InputChannel {
+            receiver,
+            credit: Some(credit),
+            codec: ChannelStateCodec::new(),
+            backlog: None,
         }
     }
 }
@@ -105,6 +157,13 @@ struct RemoteSink<T> {
     _records: std::marker::PhantomData<fn(T)>,
 }
 
+impl<T> RemoteSink<T> {
+    /// The writer; uncontended: only the producer's own task loop uses its channel.
+    fn writer(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn FrameWriter>>, TaskError> {
+        self.writer.lock().map_err(|_| TaskError::ChannelClosed)
+    }
+}
+
 impl<T: Data> ChannelSink<T> for RemoteSink<T> {
     fn send(&self, element: Element<T>) -> Result<(), TaskError> {
         use std::sync::atomic::Ordering::Relaxed;
@@ -114,9 +173,19 @@ impl<T: Data> ChannelSink<T> for RemoteSink<T> {
             TaskError::user(format!("cannot serialise a batch for the network: {e}"))
         })?;
         self.largest_frame.fetch_max(frame.len(), Relaxed);
-        // Uncontended: only the producer's own task loop sends on its channel.
-        let mut writer = self.writer.lock().map_err(|_| TaskError::ChannelClosed)?;
-        writer.write(frame)
+        self.writer()?.write(frame)
+    }
+
+    fn has_room(&self) -> bool {
+        self.writer().is_ok_and(|w| w.has_room())
+    }
+
+    fn announce(&self, barrier: Barrier) -> Result<(), TaskError> {
+        let mut frame = vec![0u8; FRAME_HEADER];
+        weir_state::append_postcard(&barrier, &mut frame).map_err(|e| {
+            TaskError::user(format!("cannot serialise a barrier for the network: {e}"))
+        })?;
+        self.writer()?.write_priority(frame)
     }
 }
 
@@ -163,6 +232,29 @@ fn deliver<U>(tx: &Sender<Element<U>>, element: Element<U>) -> Result<(), String
     }
 }
 
+/// The decoder of a remote channel's priority frames: each carries a barrier announced ahead of
+/// the data, which goes to the consumer subtask's `control` channel as
+/// [`TaskControl::PriorityBarrier`], as an upstream subtask in the same process sends it.
+pub fn priority_receiver(control: Sender<TaskControl>) -> FrameDecoder {
+    Box::new(move |frame: &[u8]| {
+        let barrier: Barrier = postcard::from_bytes(frame).map_err(|e| {
+            format!(
+                "a priority frame of {} bytes is not a barrier: {e}",
+                frame.len()
+            )
+        })?;
+        if !barrier.announced() {
+            return Err(format!(
+                "checkpoint {}'s barrier came as a priority frame, but it does not overtake the data",
+                barrier.id
+            ));
+        }
+        // The consumer is gone (its attempt ended): nothing to deliver to.
+        let _ = control.send(TaskControl::PriorityBarrier(barrier));
+        Ok(())
+    })
+}
+
 pub(crate) fn left<A, B>(a: A) -> Either<A, B> {
     Either::Left(a)
 }
@@ -180,31 +272,48 @@ mod tests {
     use super::*;
     use weir_core::{Barrier, CheckpointId, CheckpointKind};
 
-    struct Loopback(Vec<Vec<u8>>);
+    /// What a sink wrote: its frames (priority frames marked), and the room it reports.
+    #[derive(Default)]
+    struct Loopback {
+        frames: Vec<Vec<u8>>,
+        priority: Vec<Vec<u8>>,
+        room: bool,
+    }
     struct Shared(Arc<std::sync::Mutex<Loopback>>);
     impl FrameWriter for Shared {
         fn write(&mut self, frame: Vec<u8>) -> Result<(), TaskError> {
-            self.0.lock().unwrap().0.push(frame);
+            self.0.lock().unwrap().frames.push(frame);
             Ok(())
+        }
+        fn write_priority(&mut self, frame: Vec<u8>) -> Result<(), TaskError> {
+            self.0.lock().unwrap().priority.push(frame);
+            Ok(())
+        }
+        fn has_room(&self) -> bool {
+            self.0.lock().unwrap().room
+        }
+    }
+
+    fn checkpoint(id: u64, alignment: weir_core::BarrierAlignment) -> Barrier {
+        Barrier {
+            id: CheckpointId(id),
+            timestamp_ms: 3,
+            kind: CheckpointKind::Checkpoint,
+            alignment,
         }
     }
 
     #[test]
     fn elements_cross_as_frames_and_arrive_wrapped_into_their_side() {
-        let wire = Arc::new(std::sync::Mutex::new(Loopback(Vec::new())));
+        let wire = Arc::new(std::sync::Mutex::new(Loopback::default()));
         let sink = remote_sink::<(String, u64)>(Box::new(Shared(wire.clone())));
         sink.send(Element::Records(vec![("a".into(), 1), ("b".into(), 2)]))
             .unwrap();
-        let barrier = Barrier {
-            id: CheckpointId(7),
-            timestamp_ms: 3,
-            kind: CheckpointKind::Checkpoint,
-            alignment: weir_core::BarrierAlignment::Aligned,
-        };
+        let barrier = checkpoint(7, weir_core::BarrierAlignment::Aligned);
         sink.send(Element::Barrier(barrier)).unwrap();
         sink.send(Element::EndOfInput).unwrap();
         let (rx, mut decode) = remote_receiver::<(String, u64), Either<(String, u64), u8>>(4, left);
-        for frame in &wire.lock().unwrap().0 {
+        for frame in &wire.lock().unwrap().frames {
             decode(&frame[FRAME_HEADER..]).unwrap();
         }
         match rx.try_recv().unwrap() {
@@ -227,5 +336,45 @@ mod tests {
         decode(&frame).unwrap();
         let err = decode(&frame).unwrap_err();
         assert!(err.contains("credits"), "{err}");
+    }
+
+    #[test]
+    fn an_announced_barrier_goes_out_as_a_priority_frame_to_the_consumers_control_channel() {
+        let wire = Arc::new(std::sync::Mutex::new(Loopback::default()));
+        let sink = remote_sink::<u64>(Box::new(Shared(wire.clone())));
+        sink.send(Element::Records(vec![1, 2])).unwrap();
+        let barrier = checkpoint(9, weir_core::BarrierAlignment::Unaligned);
+        sink.announce(barrier).unwrap();
+        let wire = wire.lock().unwrap();
+        assert_eq!(wire.frames.len(), 1, "the announcement is no data frame");
+        assert_eq!(wire.priority.len(), 1);
+        let (control, controls) = crossbeam_channel::unbounded();
+        let mut decode = priority_receiver(control);
+        decode(&wire.priority[0][FRAME_HEADER..]).unwrap();
+        assert!(matches!(
+            controls.try_recv().unwrap(),
+            TaskControl::PriorityBarrier(b) if b == barrier
+        ));
+    }
+
+    #[test]
+    fn a_priority_frame_that_is_no_announced_barrier_is_an_error_and_reaches_no_subtask() {
+        let (control, controls) = crossbeam_channel::unbounded();
+        let mut decode = priority_receiver(control);
+        let err = decode(&[0xff, 0xff]).unwrap_err();
+        assert!(err.contains("not a barrier"), "{err}");
+        let aligned = checkpoint(4, weir_core::BarrierAlignment::Aligned);
+        let err = decode(&postcard::to_allocvec(&aligned).unwrap()).unwrap_err();
+        assert!(err.contains("does not overtake"), "{err}");
+        assert!(controls.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_remote_sink_has_room_when_its_writer_says_the_consumer_has() {
+        let wire = Arc::new(std::sync::Mutex::new(Loopback::default()));
+        let sink = remote_sink::<u64>(Box::new(Shared(wire.clone())));
+        assert!(!sink.has_room());
+        wire.lock().unwrap().room = true;
+        assert!(sink.has_room());
     }
 }

@@ -50,6 +50,9 @@ macro_rules! forward_control {
         fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
             self.inner.barrier(barrier)
         }
+        fn announce(&mut self, barrier: Barrier) -> Result<(), TaskError> {
+            self.inner.announce(barrier)
+        }
         fn end_of_input(&mut self) -> Result<(), TaskError> {
             self.inner.end_of_input()
         }
@@ -108,6 +111,9 @@ impl<A: Send, B: Send> EdgeWriter<Either<A, B>> for SideWriter<A, B> {
     }
     fn barrier(&mut self, barrier: Barrier) -> Result<(), TaskError> {
         self.0.inner.barrier(barrier)
+    }
+    fn announce(&mut self, barrier: Barrier) -> Result<(), TaskError> {
+        self.0.inner.announce(barrier)
     }
     fn end_of_input(&mut self) -> Result<(), TaskError> {
         self.0.inner.end_of_input()

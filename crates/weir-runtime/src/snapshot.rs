@@ -41,6 +41,8 @@ pub struct SnapshotJob {
     pub sync_ms: u64,
     pub alignment_ms: u64,
     pub start_delay_ms: u64,
+    /// Records handed to the operator while its input gate aligned the barrier.
+    pub processed_records: u64,
     pub started: Instant,
     /// Told once the acknowledgement (or decline) has been sent, so the subtask can report
     /// itself finished only after its last snapshot was acknowledged.
@@ -154,14 +156,23 @@ fn work(
             let _ = job_done.send(checkpoint);
             continue;
         }
+        let writer = storage
+            .local_copy()
+            .map(|_| format!("{}#{}", job.uid, subtask.index));
         let message = match persist(&storage, options, job) {
-            Ok((state, metrics)) => CoordinatorMessage::Ack {
-                attempt,
-                subtask,
-                checkpoint,
-                state,
-                metrics,
-            },
+            Ok((state, metrics)) => {
+                if let (Some(local), Some(writer)) = (storage.local_copy(), writer) {
+                    let files = state.handles.iter().filter(|h| h.inline.is_none());
+                    local.retain(&writer, files.map(|h| h.path.clone()).collect());
+                }
+                CoordinatorMessage::Ack {
+                    attempt,
+                    subtask,
+                    checkpoint,
+                    state,
+                    metrics,
+                }
+            }
             Err(reason) => {
                 tracing::warn!(%checkpoint, %subtask, %reason, "declining checkpoint");
                 CoordinatorMessage::Decline {
@@ -253,6 +264,10 @@ fn persist(
         }
     }
     let operator = job.snapshot.operator.as_ref().map(|s| s.encode());
+    // Invariant: a snapshot carries channel state exactly when its subtask took the
+    // checkpoint unaligned.
+    let unaligned = job.snapshot.channels.is_some();
+    let mut persisted_data = 0;
     let private = [
         (
             operator,
@@ -280,6 +295,9 @@ fn persist(
                     return Err(fail(what, &e));
                 }
             };
+        if kind == HandleKind::Channels {
+            persisted_data += handle.size;
+        }
         state.state_size += handle.size;
         state.persisted_size += handle.size;
         state.handles.push(handle);
@@ -289,6 +307,9 @@ fn persist(
         async_duration_ms: async_start.elapsed().as_millis() as u64,
         alignment_duration_ms: job.alignment_ms,
         start_delay_ms: job.start_delay_ms,
+        unaligned,
+        persisted_data,
+        processed_records: job.processed_records,
     };
     Ok((state, metrics))
 }
@@ -521,9 +542,46 @@ mod tests {
             sync_ms: 0,
             alignment_ms: 0,
             start_delay_ms: 0,
+            processed_records: 0,
             started: Instant::now(),
             done: done.clone(),
         }
+    }
+
+    #[test]
+    fn a_snapshot_with_channel_state_is_acknowledged_unaligned_with_the_bytes_it_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = CheckpointStorage::open(dir.path(), "snapshot-test").unwrap();
+        let (coordinator, messages) = crossbeam_channel::unbounded();
+        let config = CheckpointConfig {
+            data_inline_threshold: 0,
+            ..CheckpointConfig::default()
+        };
+        let workers = SnapshotWorkers::start(1, storage, coordinator, &config);
+        let (done, _finished) = crossbeam_channel::unbounded();
+        let queue = workers.sender();
+        let mut unaligned = job(0, 1, &done);
+        unaligned.snapshot.channels = Some(vec![3; 1000]);
+        unaligned.processed_records = 5;
+        queue.send(unaligned).unwrap();
+        queue.send(job(0, 2, &done)).unwrap();
+        let metrics = |message| match message {
+            CoordinatorMessage::Ack { state, metrics, .. } => (state, metrics),
+            other => panic!("{other:?}"),
+        };
+        let (state, m) = metrics(messages.recv().unwrap());
+        assert!(m.unaligned);
+        assert_eq!(m.persisted_data, 1000);
+        assert_eq!(m.processed_records, 5);
+        assert!(
+            state.persisted_size > m.persisted_data,
+            "channel state is part of what the snapshot wrote"
+        );
+        let (_, m) = metrics(messages.recv().unwrap());
+        assert!(!m.unaligned);
+        assert_eq!((m.persisted_data, m.processed_records), (0, 0));
+        drop(queue);
+        workers.join();
     }
 
     #[test]

@@ -57,8 +57,9 @@ pub struct TaskRuntime {
 
 impl TaskRuntime {
     /// Forwards `barrier` downstream: an unaligned one first ahead of the data queued in the
-    /// channels (a priority barrier to every downstream subtask), then — for every barrier —
-    /// after it, marking the end of each channel's part of the checkpoint.
+    /// channels (a priority barrier to every downstream subtask, in this process or another),
+    /// then — for every barrier — after it, marking the end of each channel's part of the
+    /// checkpoint.
     fn forward_barrier<T: Clone + Send>(
         &self,
         barrier: Barrier,
@@ -68,6 +69,8 @@ impl TaskRuntime {
             for downstream in &self.downstream {
                 let _ = downstream.send(TaskControl::PriorityBarrier(barrier));
             }
+            // Subtasks in other processes: a priority frame on each channel to them.
+            out.announce(barrier)?;
         }
         out.barrier(barrier)
     }
@@ -88,6 +91,7 @@ impl TaskRuntime {
         sync_start: Instant,
         alignment_ms: u64,
         start_delay_ms: u64,
+        processed_records: u64,
     ) {
         let message = match snapshot {
             Ok(snapshot) => {
@@ -102,6 +106,7 @@ impl TaskRuntime {
                     sync_ms: sync_start.elapsed().as_millis() as u64,
                     alignment_ms,
                     start_delay_ms,
+                    processed_records,
                     started: sync_start,
                     done: self.snapshot_done.0.clone(),
                 };
@@ -221,16 +226,25 @@ where
                 barrier,
                 alignment_ms,
                 start_delay_ms,
+                processed_records,
             } => {
                 let sync_start = Instant::now();
                 let snapshot = op.snapshot(barrier.id);
-                rt.submit(barrier, snapshot, sync_start, alignment_ms, start_delay_ms);
+                rt.submit(
+                    barrier,
+                    snapshot,
+                    sync_start,
+                    alignment_ms,
+                    start_delay_ms,
+                    processed_records,
+                );
                 out.barrier(barrier)?;
             }
             GateEvent::Unaligned {
                 barrier,
                 alignment_ms,
                 start_delay_ms,
+                processed_records,
                 channels,
             } => {
                 let sync_start = Instant::now();
@@ -238,7 +252,14 @@ where
                     s.channels = Some(channels);
                     s
                 });
-                rt.submit(barrier, snapshot, sync_start, alignment_ms, start_delay_ms);
+                rt.submit(
+                    barrier,
+                    snapshot,
+                    sync_start,
+                    alignment_ms,
+                    start_delay_ms,
+                    processed_records,
+                );
                 rt.forward_barrier(barrier, &mut out)?;
             }
             GateEvent::Control(TaskControl::NotifyComplete(id)) => op.notify_complete(id)?,
@@ -503,7 +524,7 @@ where
             let sync_start = Instant::now();
             source.snapshot_started(barrier.id);
             let snapshot = source_snapshot(source);
-            rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier));
+            rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier), 0);
             if finish.is_some() {
                 Next::Finish
             } else {

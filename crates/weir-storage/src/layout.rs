@@ -96,7 +96,7 @@ impl CheckpointLayout {
 }
 
 /// Uids may hold any text; file names keep to a portable alphabet.
-fn sanitize(uid: &str) -> String {
+pub(crate) fn sanitize(uid: &str) -> String {
     uid.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {

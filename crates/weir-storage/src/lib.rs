@@ -13,7 +13,8 @@
 //!
 //! [`layout`] owns every path and file name; [`metadata`] owns the metadata format; [`storage`]
 //! writes, reads and deletes checkpoints; [`verify`] checks every checksum of every file and
-//! finds the checkpoint to resume from. Every file carries a checksum verified on read: the
+//! finds the checkpoint to resume from. With local recovery on, [`local_copy`] keeps the state
+//! files a process wrote on its own disk too, and restores in the process read them from there. Every file carries a checksum verified on read: the
 //! CRC-32C recorded in its handle, and its format's own checksum inside.
 
 pub mod claim;
@@ -21,6 +22,7 @@ mod direct_read;
 pub mod error;
 mod faults;
 pub mod layout;
+pub mod local_copy;
 pub mod location;
 pub mod metadata;
 mod object_io;

@@ -2,6 +2,7 @@
 //! durable writes, verified reads, discovery and deletion of checkpoints.
 
 use crate::layout::{CheckpointLayout, METADATA_FILE, SHARED_DIR};
+use crate::local_copy::LocalCopy;
 use crate::location::{connect, Location};
 use crate::metadata::CheckpointMetadata;
 use crate::object_io::{Listed, ObjectIo};
@@ -19,6 +20,8 @@ use weir_core::{CheckpointId, HandleKind, S3Options, StateHandle};
 pub struct CheckpointStorage {
     pub(crate) io: ObjectIo,
     root: Location,
+    /// With local recovery, the process's own copy of the state files it writes.
+    local: Option<std::sync::Arc<LocalCopy>>,
 }
 
 impl CheckpointStorage {
@@ -39,7 +42,18 @@ impl CheckpointStorage {
         config: &CheckpointConfig,
         job_name: &str,
     ) -> Result<CheckpointStorage, StorageError> {
-        Self::open_location(&config.dir.to_string_lossy(), job_name, &config.s3)
+        let mut storage = Self::open_location(&config.dir.to_string_lossy(), job_name, &config.s3)?;
+        if let Some(root) = &config.local_recovery {
+            let local = LocalCopy::new(root, &crate::layout::sanitize(job_name))
+                .map_err(|e| StorageError::io(root, e))?;
+            storage.local = Some(std::sync::Arc::new(local));
+        }
+        Ok(storage)
+    }
+
+    /// With local recovery, the process's local copy of the state files it wrote.
+    pub fn local_copy(&self) -> Option<&LocalCopy> {
+        self.local.as_deref()
     }
 
     /// Opens the storage of `job_name` under `location`, proving it writable.
@@ -97,7 +111,11 @@ impl CheckpointStorage {
             _ => None,
         };
         let io = ObjectIo::new(store, prefix, root.to_string(), local_dir);
-        Ok(CheckpointStorage { io, root })
+        Ok(CheckpointStorage {
+            io,
+            root,
+            local: None,
+        })
     }
 
     /// Where the job's checkpoints live.
@@ -156,6 +174,10 @@ impl CheckpointStorage {
         let checksum = chunks
             .iter()
             .fold(0, |crc, c| crc32c::crc32c_append(crc, c));
+        if let Some(local) = &self.local {
+            let parts: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+            local.put(&relative, &parts);
+        }
         self.io.put_chunks(&relative, chunks)?;
         Ok(shared_handle(relative, size, checksum, kind))
     }
@@ -169,6 +191,9 @@ impl CheckpointStorage {
         local: &Path,
     ) -> Result<StateHandle, StorageError> {
         let (size, checksum) = self.io.put_file(&relative, local)?;
+        if let Some(copy) = &self.local {
+            copy.put_file(&relative, local);
+        }
         Ok(shared_handle(relative, size, checksum, kind))
     }
 
@@ -183,6 +208,7 @@ impl CheckpointStorage {
                     path: dest.display().to_string(),
                     source,
                 }),
+            None if self.local.as_ref().is_some_and(|l| l.fetch(handle, dest)) => return Ok(()),
             None => self.io.get_to_file(&handle.path, dest),
         };
         let checked = fetched.and_then(|(size, checksum)| {
@@ -204,6 +230,9 @@ impl CheckpointStorage {
     ) -> Result<StateHandle, StorageError> {
         let size = bytes.len() as u64;
         let checksum = crc32c::crc32c(&bytes);
+        if let Some(local) = &self.local {
+            local.put(&relative, &[&bytes]);
+        }
         self.io.put(&relative, bytes)?;
         Ok(StateHandle {
             path: relative,
@@ -220,7 +249,10 @@ impl CheckpointStorage {
     pub fn read_state_file(&self, handle: &StateHandle) -> Result<Vec<u8>, StorageError> {
         let bytes = match &handle.inline {
             Some(bytes) => bytes.clone(),
-            None => self.io.get(&handle.path)?,
+            None => match self.local.as_ref().and_then(|l| l.read(handle)) {
+                Some(bytes) => return Ok(bytes),
+                None => self.io.get(&handle.path)?,
+            },
         };
         check_file(
             &self.display_state(handle),
@@ -348,12 +380,18 @@ impl CheckpointStorage {
         for file in files {
             self.io.delete(&file.relative)?;
         }
+        if let Some(local) = &self.local {
+            local.discard_dir(&dir);
+        }
         self.remove_local_dir(&dir)
     }
 
     /// Deletes one file by its relative path; missing is fine.
     pub fn discard_file(&self, relative: &str) -> Result<(), StorageError> {
         self.io.delete(relative)?;
+        if let Some(local) = &self.local {
+            local.discard(relative);
+        }
         if let Some(id) = CheckpointLayout::checkpoint_of(relative) {
             // A late file of an aborted checkpoint: its directory goes once empty.
             if self

@@ -91,6 +91,19 @@ pub fn demo_graph(
     env.build()
 }
 
+/// `stream`, slowed down to at most one record per `cost` (if given) by an operator of its own,
+/// `slow-sink`, right before the sink: the job then runs at that pace and every channel ahead
+/// of it stays full, as with a slow external system (`--slow-sink` of the built-in jobs).
+pub fn slowed<T: Data>(stream: DataStream<T>, cost: Option<Duration>) -> DataStream<T> {
+    match cost {
+        None => stream,
+        Some(cost) => stream.map("slow-sink", move |record: T| {
+            std::thread::sleep(cost);
+            record
+        }),
+    }
+}
+
 /// The execution settings of a job run from the CLI.
 pub fn execution_config(config: &Config, start: StartMode) -> Result<ExecutionConfig, CliError> {
     let mut exec = ExecutionConfig {

@@ -45,6 +45,10 @@ pub struct SpendWindowsArgs {
     /// The generator's seed.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Hold each window result this long (e.g. 1ms) before the sink, in an operator of its own
+    /// (`slow-sink`): the job then runs under back-pressure, as with a slow external system.
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration_arg)]
+    pub slow_sink: Option<Duration>,
 }
 
 /// The event time of a generated event: its position in its split, in milliseconds.
@@ -116,17 +120,18 @@ pub fn run(args: SpendWindowsArgs) -> Result<(), CliError> {
             );
         },
     );
-    env.source_with_watermarks("purchases", generator, strategy)
+    let results = env
+        .source_with_watermarks("purchases", generator, strategy)
         .key_by(|e: &Event| e.user)
         .window(
             TumblingEventTimeWindows::of(Duration::from_millis(args.window)),
             event_time,
         )
-        .aggregate("spend-per-window", SpendAndCount)
-        .sink(
-            "output",
-            CommittingFileSink::new(&args.output, format, SinkMode::ExactlyOnce),
-        );
+        .aggregate("spend-per-window", SpendAndCount);
+    crate::demo::slowed(results, args.slow_sink).sink(
+        "output",
+        CommittingFileSink::new(&args.output, format, SinkMode::ExactlyOnce),
+    );
     let graph = env.build()?;
 
     let stop = StopHandle::new();

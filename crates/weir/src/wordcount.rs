@@ -55,6 +55,11 @@ pub struct WordcountArgs {
     /// flag restores only with it, and one taken without only without it.
     #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
     pub state_ttl: Option<Duration>,
+    /// Hold each count this long (e.g. 50us; at least the operating system's sleep
+    /// granularity) before the sink, in an operator of its own (`slow-sink`): the job then runs
+    /// under back-pressure, as with a slow external system.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub slow_sink: Option<Duration>,
 }
 
 /// Keeps a running count per word in `S` (a [`ValueState`], or a [`TtlValueState`] with
@@ -162,7 +167,7 @@ pub fn build(args: &WordcountArgs, cluster: bool) -> Result<Wordcount, CliError>
         None => words.process("counts", WordCount::<ValueState<_, _>>(())),
         Some(ttl) => words.process("counts", WordCount::<TtlValueState<_, _>>(ttl)),
     };
-    counts.sink(
+    crate::demo::slowed(counts, args.slow_sink).sink(
         "output",
         CommittingFileSink::new(&args.output, format, mode),
     );

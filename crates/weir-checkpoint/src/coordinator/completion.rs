@@ -48,6 +48,7 @@ impl CheckpointCoordinator {
             %checkpoint,
             start_delay_ms = metrics.start_delay_ms,
             alignment_ms = metrics.alignment_duration_ms,
+            unaligned = metrics.unaligned,
             sync_ms = metrics.sync_duration_ms,
             async_ms = metrics.async_duration_ms,
             "acknowledged"

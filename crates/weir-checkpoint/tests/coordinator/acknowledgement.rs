@@ -90,6 +90,9 @@ fn an_acknowledgement_records_state_and_metrics() {
         async_duration_ms: 9,
         alignment_duration_ms: 4,
         start_delay_ms: 3,
+        unaligned: true,
+        persisted_data: 80,
+        processed_records: 0,
     };
     h.send(Event::Ack {
         job: JOB,
@@ -128,6 +131,11 @@ fn an_acknowledgement_records_state_and_metrics() {
             ack.end_to_end_duration_ms
         ),
         (300, 120, 12)
+    );
+    assert_eq!((ack.unaligned, ack.persisted_data), (true, 80));
+    assert!(
+        entry.unaligned,
+        "one unaligned subtask makes the checkpoint unaligned"
     );
     let actions = h.ack(cp, h.all[0]);
     let [Action::WriteMetadata { checkpoint }] = actions.as_slice() else {

@@ -5,11 +5,17 @@ use std::io::Read;
 use weir_runtime::remote::{ChannelKey, FRAME_HEADER};
 
 const MAGIC: &[u8; 4] = b"WEIR";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// A frame of records (or a barrier, a watermark, the end of input), producer to consumer.
 pub(super) const DATA: u8 = 1;
 /// Credits for a channel, consumer to producer.
 pub(super) const CREDIT: u8 = 2;
+/// A barrier announced ahead of the data (unaligned checkpoints), producer to consumer; it
+/// spends no credit.
+pub(super) const PRIORITY: u8 = 3;
+/// How many elements of a channel the consumer holds back (captured as channel state, or
+/// restored), consumer to producer.
+pub(super) const HELD: u8 = 4;
 /// A frame longer than this is garbage, not a batch.
 pub(super) const MAX_FRAME: usize = 256 << 20;
 
@@ -46,6 +52,7 @@ pub(super) fn hello(generation: u64, me: &str) -> Vec<u8> {
     out.extend_from_slice(me.as_bytes());
     out
 }
+
 pub(super) fn write_header(buf: &mut [u8], kind: u8, key: ChannelKey, len: u32) {
     buf[0] = kind;
     buf[1..5].copy_from_slice(&key.edge.to_le_bytes());

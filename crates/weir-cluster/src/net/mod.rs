@@ -12,6 +12,15 @@
 //! consumer holds back only the channels into it, never the connection — and a barrier waits
 //! behind at most a queue's worth of batches.
 //!
+//! Unaligned checkpoints: a barrier that overtakes the data goes out first as a priority frame,
+//! which spends no credit, so it passes every frame still waiting for one; the consumer's
+//! reader takes it off the connection at once (it never blocks on a channel) and hands it to
+//! the consumer subtask's control channel. The consumer's gate then captures the channel up to
+//! the barrier's place, taking its elements out of the queue and returning their credits as
+//! it goes, so the producer always gets through to the barrier; what the gate holds back it
+//! reports in held frames, and the producer counts that against its credits when it asks for
+//! room (see `weir_runtime::remote`).
+//!
 //! With mutual TLS on ([`crate::tls`]), a connection opens with a TLS 1.3 handshake in which
 //! each side presents its certificate and checks the other's against the cluster's CA; all
 //! that follows is encrypted ([`stream`]). With the cluster's secret set, a connection (inside
@@ -26,25 +35,31 @@
 //!   term and attempt), producer task manager's id (`u16` length + UTF-8);
 //! - data, producer → consumer: type `1`, edge `u32`, producer index `u32`, consumer index
 //!   `u32`, payload length `u32`, payload;
-//! - credit, consumer → producer: type `2`, edge, producer index, consumer index, credits `u32`.
+//! - credit, consumer → producer: type `2`, edge, producer index, consumer index, credits `u32`;
+//! - priority, producer → consumer: type `3`, edge, producer index, consumer index, payload
+//!   length `u32`, payload: a postcard barrier announced ahead of the data (spends no credit);
+//! - held, consumer → producer: type `4`, edge, producer index, consumer index, the number of
+//!   the channel's elements the consumer holds back `u32`.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use weir_core::SubtaskId;
 use weir_runtime::error::{JobError, TaskError};
 use weir_runtime::remote::{
-    ChannelKey, CreditReturn, FrameDecoder, FrameWriter, Network, FRAME_HEADER,
+    ChannelKey, ConsumerCredits, CreditReturn, FrameDecoder, FrameWriter, Network, FRAME_HEADER,
 };
 
 use crate::error::ClusterError;
 use crate::security::{self, ClusterSecret};
 use crate::tls::{self, ClusterTls};
 use crate::wire::DeploymentPlan;
-use frame::{hello, parse_header, read_hello, write_header, CREDIT, DATA, MAX_FRAME};
+use frame::{
+    hello, parse_header, read_hello, write_header, CREDIT, DATA, HELD, MAX_FRAME, PRIORITY,
+};
 use stream::{DataWriter, Duplex};
 
 mod frame;
@@ -255,7 +270,7 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
             }
         }
         let (kind, key, len) = parse_header(&header);
-        if kind != DATA || len as usize > MAX_FRAME {
+        if !matches!(kind, DATA | PRIORITY) || len as usize > MAX_FRAME {
             return Err(InboundEnd::Protocol(format!(
                 "task manager {producer_tm} sent a malformed frame (type {kind}, {len} bytes)"
             )));
@@ -268,10 +283,20 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
             return Ok(());
         }
         let mut decoders = net.decoders.lock().expect("decoders lock");
-        let Some(decode) = decoders.get_mut(&key) else {
+        let Some(channel) = decoders.get_mut(&key) else {
+            if kind == PRIORITY {
+                // No credit held it back: it may come while this side still deploys. The
+                // barrier follows in-band, and starts the capture there.
+                tracing::debug!(?key, "a priority frame for a channel not deployed yet");
+                continue;
+            }
             return Err(InboundEnd::Protocol(format!(
                 "task manager {producer_tm} sent on channel {key:?}, which is not deployed here"
             )));
+        };
+        let decode = match kind {
+            PRIORITY => &mut channel.priority,
+            _ => &mut channel.data,
         };
         if let Err(e) = decode(&payload) {
             return Err(InboundEnd::Protocol(format!(
@@ -313,26 +338,61 @@ pub struct AttemptNet {
     inbound: Mutex<HashMap<ChannelKey, Arc<Inbound>>>,
     /// Consumer side: the connection from each producer task manager.
     conns: Mutex<HashMap<String, Arc<Mutex<DataWriter>>>>,
-    decoders: Mutex<HashMap<ChannelKey, FrameDecoder>>,
+    decoders: Mutex<HashMap<ChannelKey, Decoders>>,
     /// Producer side: the connection to each consumer task manager.
     outbound: Mutex<HashMap<String, Arc<Outbound>>>,
 }
 
+/// Consumer side: where one channel's frames go.
+struct Decoders {
+    /// Data frames: elements for the consumer's queue.
+    data: FrameDecoder,
+    /// Priority frames: barriers for the consumer subtask's control channel.
+    priority: FrameDecoder,
+}
+
 struct Inbound {
+    key: ChannelKey,
     producer_tm: String,
     capacity: u32,
     conn: OnceLock<Arc<Mutex<DataWriter>>>,
+    /// The last held count the producer was told (none yet: it assumes 0).
+    told_held: Mutex<u32>,
 }
 
 impl Inbound {
-    fn grant(&self, key: ChannelKey, credits: u32) {
-        if let Some(conn) = self.conn.get() {
-            let mut frame = [0u8; FRAME_HEADER];
-            write_header(&mut frame, CREDIT, key, credits);
-            if let Ok(mut stream) = conn.lock() {
-                // A failed write means the producer is gone; the attempt is ending anyway.
-                let _ = stream.write_all(&frame);
-            }
+    fn grant(&self, credits: u32) {
+        self.send(CREDIT, credits);
+    }
+
+    /// Sends a frame of `kind` whose header's last field is `value`; whether it went out.
+    fn send(&self, kind: u8, value: u32) -> bool {
+        let Some(conn) = self.conn.get() else {
+            return false;
+        };
+        let mut frame = [0u8; FRAME_HEADER];
+        write_header(&mut frame, kind, self.key, value);
+        match conn.lock() {
+            // A failed write means the producer is gone; the attempt is ending anyway.
+            Ok(mut stream) => stream.write_all(&frame).is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+impl ConsumerCredits for Inbound {
+    fn taken(&self) {
+        self.grant(1);
+    }
+
+    fn held(&self, elements: usize) {
+        let elements = u32::try_from(elements).unwrap_or(u32::MAX);
+        let Ok(mut told) = self.told_held.lock() else {
+            return;
+        };
+        // Only the gate's thread calls this: counts go out in the order the gate reached them.
+        if *told != elements && self.send(HELD, elements) {
+            *told = elements;
         }
     }
 }
@@ -348,6 +408,9 @@ struct Outbound {
 struct Credit {
     available: Mutex<u32>,
     granted: Condvar,
+    /// How many of the channel's elements the consumer holds back: they count against its
+    /// credits when the producer asks for room.
+    held: AtomicU32,
 }
 
 impl AttemptNet {
@@ -378,9 +441,9 @@ impl AttemptNet {
             .lock()
             .expect("conns lock")
             .insert(producer_tm.to_string(), conn.clone());
-        for (key, channel) in self.inbound.lock().expect("inbound lock").iter() {
+        for channel in self.inbound.lock().expect("inbound lock").values() {
             if channel.producer_tm == producer_tm && channel.conn.set(conn.clone()).is_ok() {
-                channel.grant(*key, channel.capacity);
+                channel.grant(channel.capacity);
             }
         }
         if self.closed.load(Ordering::Acquire) {
@@ -530,8 +593,8 @@ fn run_outbound(
                 });
             }
         }
-        let (kind, key, credits) = parse_header(&header);
-        if kind != CREDIT {
+        let (kind, key, value) = parse_header(&header);
+        if !matches!(kind, CREDIT | HELD) {
             return Err(format!("{address} sent a malformed frame (type {kind})").into());
         }
         let Some(o) = out.upgrade() else {
@@ -544,7 +607,11 @@ fn run_outbound(
             .entry(key)
             .or_default()
             .clone();
-        *credit.available.lock().map_err(|_| "credit poisoned")? += credits;
+        if kind == HELD {
+            credit.held.store(value, Ordering::Relaxed);
+            continue;
+        }
+        *credit.available.lock().map_err(|_| "credit poisoned")? += value;
         credit.granted.notify_one();
     }
 }
@@ -604,6 +671,34 @@ impl FrameWriter for RemoteWriter {
             .write_all(&frame)
             .map_err(|_| TaskError::ChannelClosed)
     }
+
+    fn write_priority(&mut self, mut frame: Vec<u8>) -> Result<(), TaskError> {
+        if self.out.broken.load(Ordering::Acquire) {
+            return Err(TaskError::ChannelClosed);
+        }
+        let len = frame.len() - FRAME_HEADER;
+        write_header(&mut frame, PRIORITY, self.key, len as u32);
+        let mut stream = self
+            .out
+            .stream
+            .lock()
+            .map_err(|_| TaskError::ChannelClosed)?;
+        match stream.as_mut() {
+            Some(stream) => stream
+                .write_all(&frame)
+                .map_err(|_| TaskError::ChannelClosed),
+            // Not connected yet: no frame went out for the barrier to overtake.
+            None => Ok(()),
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        let held = self.credit.held.load(Ordering::Relaxed);
+        self.credit
+            .available
+            .lock()
+            .is_ok_and(|available| *available > held)
+    }
 }
 
 impl Network for AttemptNet {
@@ -635,16 +730,22 @@ impl Network for AttemptNet {
         producer: SubtaskId,
         capacity: usize,
         decoder: FrameDecoder,
+        priority: FrameDecoder,
     ) -> Result<CreditReturn, JobError> {
         let producer_tm = self.tm_of(producer)?.to_string();
-        self.decoders
-            .lock()
-            .expect("decoders lock")
-            .insert(key, decoder);
+        self.decoders.lock().expect("decoders lock").insert(
+            key,
+            Decoders {
+                data: decoder,
+                priority,
+            },
+        );
         let channel = Arc::new(Inbound {
+            key,
             producer_tm: producer_tm.clone(),
             capacity: capacity as u32,
             conn: OnceLock::new(),
+            told_held: Mutex::new(0),
         });
         self.inbound
             .lock()
@@ -658,10 +759,10 @@ impl Network for AttemptNet {
             .cloned();
         if let Some(conn) = conn {
             if channel.conn.set(conn.clone()).is_ok() {
-                channel.grant(key, channel.capacity);
+                channel.grant(channel.capacity);
             }
         }
-        Ok(Arc::new(move || channel.grant(key, 1)))
+        Ok(channel)
     }
 }
 

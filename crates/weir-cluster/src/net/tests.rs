@@ -51,6 +51,11 @@ fn two_planes_with(
     (a, b, net_a, net_b)
 }
 
+/// A consumer's priority frames, for tests that send none.
+fn no_priority() -> FrameDecoder {
+    Box::new(|_| Err("no priority frame expected".into()))
+}
+
 fn secret() -> ClusterSecret {
     ClusterSecret::new(b"the cluster's own secret", "test").unwrap()
 }
@@ -74,7 +79,9 @@ fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
     let (_a, _b, net_a, net_b) = two_planes();
     assert!(net_a.is_local(producer()) && !net_a.is_local(consumer()));
     let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
-    let credit = net_b.incoming(KEY, producer(), 2, decoder).unwrap();
+    let credit = net_b
+        .incoming(KEY, producer(), 2, decoder, no_priority())
+        .unwrap();
     let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
         net_a.outgoing(KEY, consumer()).unwrap(),
     )));
@@ -93,7 +100,7 @@ fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
     // The consumer takes one batch and returns its credit: the third goes through.
     let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(matches!(first, Element::Records(b) if b == vec![1, 2]));
-    credit();
+    credit.taken();
     third
         .recv_timeout(Duration::from_secs(10))
         .unwrap()
@@ -105,11 +112,124 @@ fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
     assert!(matches!(&rest[1], Element::Records(b) if *b == vec![4]));
 }
 
+/// Waits up to 10 s for `done` to hold.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn unaligned_barrier(id: u64) -> weir_core::Barrier {
+    weir_core::Barrier {
+        id: weir_core::CheckpointId(id),
+        timestamp_ms: 0,
+        kind: weir_core::CheckpointKind::Checkpoint,
+        alignment: weir_core::BarrierAlignment::Unaligned,
+    }
+}
+
+#[test]
+fn an_announced_barrier_overtakes_the_batches_queued_at_the_consumer_without_a_credit() {
+    let (_a, _b, net_a, net_b) = two_planes();
+    let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
+    let (control, controls) = crossbeam_channel::unbounded();
+    let credit = net_b
+        .incoming(
+            KEY,
+            producer(),
+            2,
+            decoder,
+            weir_runtime::remote::priority_receiver(control),
+        )
+        .unwrap();
+    let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
+    sink.send(Element::Records(vec![1])).unwrap();
+    sink.send(Element::Records(vec![2])).unwrap();
+    // Both credits spent and nothing read: the consumer has no room, but the announcement
+    // goes out at once and reaches the consumer subtask ahead of both batches.
+    assert!(!sink.has_room());
+    sink.announce(unaligned_barrier(5)).unwrap();
+    let control = controls.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        matches!(control, weir_runtime::control::TaskControl::PriorityBarrier(b) if b == unaligned_barrier(5)),
+        "{control:?}"
+    );
+    assert_eq!(rx.len(), 2, "the batches are still queued behind it");
+    // The barrier itself follows the batches in-band, with a credit.
+    assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![1]));
+    credit.taken();
+    sink.send(Element::Barrier(unaligned_barrier(5))).unwrap();
+    assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![2]));
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Element::Barrier(b) if b == unaligned_barrier(5)
+    ));
+}
+
+#[test]
+fn elements_the_consumer_holds_back_count_against_the_producers_credits_when_it_asks_for_room() {
+    let (_a, _b, net_a, net_b) = two_planes();
+    let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
+    let credit = net_b
+        .incoming(KEY, producer(), 2, decoder, no_priority())
+        .unwrap();
+    let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
+    eventually("the first credits", || sink.has_room());
+    sink.send(Element::Records(vec![1])).unwrap();
+    assert!(sink.has_room(), "one credit left");
+    // The consumer takes the batch out of the queue (its credit comes back) but holds it
+    // back, as an unaligned checkpoint's capture does: two credits, two elements held.
+    assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![1]));
+    credit.held(1);
+    credit.taken();
+    credit.held(2);
+    eventually("no room while the consumer holds back two", || {
+        !sink.has_room()
+    });
+    // A send does not wait for room, only for a credit: a producer blocked mid-batch gets
+    // through to its barrier.
+    sink.send(Element::Records(vec![2])).unwrap();
+    credit.held(0);
+    eventually("room once the consumer handed them on", || sink.has_room());
+}
+
+#[test]
+fn a_priority_frame_for_a_channel_not_deployed_yet_is_dropped_and_the_connection_keeps_serving() {
+    let (_a, b, _net_a, net_b) = two_planes();
+    let (rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
+    let _credit = net_b
+        .incoming(KEY, producer(), 1, decoder, no_priority())
+        .unwrap();
+    let mut raw = TcpStream::connect(b.address()).unwrap();
+    let elsewhere = ChannelKey { edge: 9, ..KEY };
+    let barrier = postcard::to_allocvec(&unaligned_barrier(3)).unwrap();
+    let mut frame = vec![0u8; FRAME_HEADER];
+    write_header(
+        &mut frame,
+        super::frame::PRIORITY,
+        elsewhere,
+        barrier.len() as u32,
+    );
+    frame.extend_from_slice(&barrier);
+    let mut sent = hello(3, "a");
+    sent.extend_from_slice(&frame);
+    sent.extend_from_slice(&hello_and_records(vec![8])[hello(3, "a").len()..]);
+    raw.write_all(&sent).unwrap();
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Element::Records(b) if b == vec![8]
+    ));
+}
+
 #[test]
 fn closing_the_attempt_releases_a_producer_waiting_for_credit() {
     let (a, _b, net_a, net_b) = two_planes();
     let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-    let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
+    let _credit = net_b
+        .incoming(KEY, producer(), 1, decoder, no_priority())
+        .unwrap();
     let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
         net_a.outgoing(KEY, consumer()).unwrap(),
     )));
@@ -143,7 +263,9 @@ fn a_connection_that_is_not_weir_is_dropped_and_the_plane_keeps_serving() {
     );
     // A real producer still gets through.
     let (rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-    let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
+    let _credit = net_b
+        .incoming(KEY, producer(), 1, decoder, no_priority())
+        .unwrap();
     let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
     sink.send(Element::EndOfInput).unwrap();
     assert!(matches!(
@@ -156,7 +278,9 @@ fn a_connection_that_is_not_weir_is_dropped_and_the_plane_keeps_serving() {
 fn a_frame_longer_than_any_batch_ends_the_connection_instead_of_allocating_it() {
     let (_a, b, _net_a, net_b) = two_planes();
     let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-    let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
+    let _credit = net_b
+        .incoming(KEY, producer(), 1, decoder, no_priority())
+        .unwrap();
     let mut raw = TcpStream::connect(b.address()).unwrap();
     raw.write_all(&hello(3, "a")).unwrap();
     let mut frame = [0u8; FRAME_HEADER];
@@ -174,7 +298,9 @@ fn a_frame_longer_than_any_batch_ends_the_connection_instead_of_allocating_it() 
 fn planes_that_share_the_secret_carry_records() {
     let (_a, _b, net_a, net_b) = two_planes_with(Some(secret()));
     let (rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-    let _credit = net_b.incoming(KEY, producer(), 1, decoder).unwrap();
+    let _credit = net_b
+        .incoming(KEY, producer(), 1, decoder, no_priority())
+        .unwrap();
     let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
     sink.send(Element::Records(vec![7, 8])).unwrap();
     assert!(matches!(
@@ -187,7 +313,9 @@ fn planes_that_share_the_secret_carry_records() {
 fn a_peer_without_the_secret_gets_only_the_challenge_and_nothing_it_sends_reaches_the_job() {
     let (_a, b, _net_a, net_b) = two_planes_with(Some(secret()));
     let (rx, decoder) = remote_receiver::<u64, u64>(4, |x| x);
-    let _credit = net_b.incoming(KEY, producer(), 4, decoder).unwrap();
+    let _credit = net_b
+        .incoming(KEY, producer(), 4, decoder, no_priority())
+        .unwrap();
     let mut raw = TcpStream::connect(b.address()).unwrap();
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // What a producer would send without the handshake: a guess at the answer, its hello,
@@ -274,7 +402,9 @@ fn planes_with_certificates_of_the_cluster_ca_carry_records_and_credits_over_tls
     for secret in [None, Some(secret())] {
         let (_a, _b, net_a, net_b) = two_tls_planes(dir.path(), &ca, secret);
         let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
-        let credit = net_b.incoming(KEY, producer(), 2, decoder).unwrap();
+        let credit = net_b
+            .incoming(KEY, producer(), 2, decoder, no_priority())
+            .unwrap();
         let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
             net_a.outgoing(KEY, consumer()).unwrap(),
         )));
@@ -288,7 +418,7 @@ fn planes_with_certificates_of_the_cluster_ca_carry_records_and_credits_over_tls
                     Element::Records(batch) => got.push(batch),
                     other => panic!("{other:?}"),
                 }
-                credit();
+                credit.taken();
             }
             got
         });
@@ -415,7 +545,9 @@ fn a_producer_without_a_certificate_of_the_cluster_ca_is_refused_and_nothing_it_
     let ca = TestCa::new("cluster CA");
     let (_a, b, _net_a, net_b) = two_tls_planes(dir.path(), &ca, None);
     let (rx, decoder) = remote_receiver::<u64, u64>(4, |x| x);
-    let _credit = net_b.incoming(KEY, producer(), 4, decoder).unwrap();
+    let _credit = net_b
+        .incoming(KEY, producer(), 4, decoder, no_priority())
+        .unwrap();
     let sent = hello_and_records(vec![666]);
 
     // No certificate, a certificate of another CA: the handshake fails (TLS 1.3 tells the

@@ -72,6 +72,16 @@ function si(n) {
   return n >= 10 || n === 0 ? n.toFixed(0) : n.toFixed(1);
 }
 
+function records(n) {
+  if (n === undefined || n === null || n < 0) return "-";
+  return si(n) + (n === 1 ? " record" : " records");
+}
+
+// The mark of a checkpoint (or a subtask's part of it) taken unaligned.
+function unalignedMark() {
+  return el("span", { class: "unaligned", title: "barriers overtook the queued data, which was stored as channel state", text: "unaligned" });
+}
+
 function ms(n) {
   if (n === undefined || n === null || n < 0) return "-";
   return n >= 10000 ? (n / 1000).toFixed(1) + " s" : n + " ms";
@@ -236,16 +246,20 @@ function renderHistory(stats) {
   const body = document.getElementById("history-rows");
   const rows = stats.history.map((h) => {
     const type = h.is_savepoint ? (h.checkpoint_type === "SYNC_SAVEPOINT" ? "savepoint (stop)" : "savepoint") : "checkpoint";
+    const typeCell = el("td", { class: "type" }, type);
+    if (h.checkpoint_type === "UNALIGNED_CHECKPOINT") typeCell.append(" ", unalignedMark());
     const tr = el(
       "tr",
       { class: "status-" + h.status + (state.selected === h.id ? " selected" : ""), "data-checkpoint-id": String(h.id) },
       el("td", { text: String(h.id) }),
       el("td", { class: "status-" + h.status, text: h.status }),
-      el("td", { text: type }),
+      typeCell,
       el("td", { text: time(h.trigger_timestamp) }),
       el("td", { text: ms(h.end_to_end_duration) }),
       el("td", { text: bytes(h.state_size) }),
       el("td", { text: bytes(h.checkpointed_size) }),
+      el("td", { class: "persisted-data", text: bytes(h.persisted_data) }),
+      el("td", { class: "processed-data", text: records(h.processed_data) }),
       el("td", { text: `${h.num_acknowledged_subtasks}/${h.num_subtasks}` })
     );
     if (h.status === "FAILED" && h.failure_message) tr.title = h.failure_message;
@@ -358,9 +372,14 @@ async function showDetails(id) {
     const details = await api(`jobs/${state.jobId}/checkpoints/details/${id}`);
     const names = new Map((state.lastJob ? state.lastJob.vertices : []).map((v) => [v.id, v.name]));
     const parts = [];
+    const unaligned = details.checkpoint_type === "UNALIGNED_CHECKPOINT";
     const summary = el("p", {},
       el("span", { class: "status-" + details.status, text: details.status }),
-      ` · ${details.is_savepoint ? "savepoint" : "checkpoint"} · triggered ${time(details.trigger_timestamp)} · end-to-end ${ms(details.end_to_end_duration)} · size ${bytes(details.state_size)} (incremental ${bytes(details.checkpointed_size)})` +
+      ` · ${details.is_savepoint ? "savepoint" : "checkpoint"}`);
+    if (unaligned) summary.append(" ", unalignedMark());
+    summary.append(
+      ` · triggered ${time(details.trigger_timestamp)} · end-to-end ${ms(details.end_to_end_duration)} · size ${bytes(details.state_size)} (incremental ${bytes(details.checkpointed_size)})` +
+        ` · in-flight data persisted ${bytes(details.persisted_data)} · processed during alignment ${records(details.processed_data)}` +
         (details.external_path ? ` · ${details.external_path}` : ""));
     parts.push(summary);
     if (details.failure_message) parts.push(el("p", { class: "failure-reason", text: details.failure_message }));
@@ -378,10 +397,13 @@ async function showDetails(id) {
           el("td", { text: s.checkpoint ? ms(s.checkpoint.async) : "-" }),
           el("td", { text: s.alignment ? ms(s.alignment.duration) : "-" }),
           el("td", { text: s.start_delay !== undefined ? ms(s.start_delay) : "-" }),
+          el("td", {}, s.unaligned_checkpoint ? unalignedMark() : s.status === "completed" ? "aligned" : "-"),
+          el("td", { text: s.alignment ? bytes(s.alignment.persisted) : "-" }),
+          el("td", { text: s.alignment ? records(s.alignment.processed) : "-" }),
           el("td", { text: s.state_size !== undefined ? bytes(s.state_size) : "-" }),
           el("td", { text: s.checkpointed_size !== undefined ? bytes(s.checkpointed_size) : "-" })));
       const table = el("table", {},
-        el("thead", {}, el("tr", {}, ...["subtask", "status", "acknowledged", "end-to-end", "sync", "async", "alignment", "start delay", "size", "incremental"].map((h) => el("th", { text: h })))),
+        el("thead", {}, el("tr", {}, ...["subtask", "status", "acknowledged", "end-to-end", "sync", "async", "alignment", "start delay", "barrier", "in-flight persisted", "processed in alignment", "size", "incremental"].map((h) => el("th", { text: h })))),
         el("tbody", {}, ...rows));
       parts.push(el("div", { class: "vertex-details" },
         el("h3", { text: `${names.get(vertexId) || vertexId} — ${sub.num_acknowledged_subtasks}/${sub.num_subtasks} acknowledged` }), table));

@@ -5,9 +5,16 @@
 //! `CheckpointConfigInfo` (`…/checkpoints/config`).
 //!
 //! Sizes: Flink's `state_size` is the full size of the state a checkpoint references, and
-//! `checkpointed_size` what this checkpoint wrote itself (its incremental size) — Weir's
-//! `state_size` and `persisted_size`. Unaligned checkpoints do not exist in Weir, so their
-//! in-flight data (`processed_data`, `persisted_data`, alignment `buffered`) is 0.
+//! `checkpointed_size` what this checkpoint wrote itself (its incremental size, channel state
+//! included) — Weir's `state_size` and `persisted_size`.
+//!
+//! Unaligned checkpoints: a checkpoint some subtask took unaligned is a checkpoint of type
+//! `UNALIGNED_CHECKPOINT` (Flink has no other per-checkpoint field for it), and each such
+//! subtask says `unaligned_checkpoint: true`. `persisted_data` (`alignment.persisted` per
+//! subtask) is the bytes of channel state written, as Flink's. `processed_data`
+//! (`alignment.processed`) counts **records**, not bytes: what a subtask handed its operator
+//! while aligning, as Weir never serialises records inside a process. Alignment `buffered` is
+//! always 0, as Flink writes it.
 
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -283,7 +290,7 @@ impl CheckpointConfigInfo {
             unaligned_checkpoints: config.unaligned,
             tolerable_failed_checkpoints: i32::try_from(config.tolerable_failed)
                 .unwrap_or(i32::MAX),
-            aligned_checkpoint_timeout: 0,
+            aligned_checkpoint_timeout: ms(config.aligned_timeout),
             // A source that ended stays in the job and keeps checkpointing (always, in Weir).
             checkpoints_after_tasks_finish: true,
             state_changelog_enabled: false,
@@ -348,12 +355,13 @@ impl CheckpointView<'_> {
             state_size: clamp(e.state_size),
             end_to_end_duration: clamp(e.end_to_end_duration_ms),
             alignment_buffered: 0,
-            processed_data: 0,
-            persisted_data: 0,
+            processed_data: clamp(e.processed_records),
+            persisted_data: clamp(e.persisted_data),
             num_subtasks: i32::try_from(e.num_subtasks).unwrap_or(i32::MAX),
             num_acknowledged_subtasks: i32::try_from(e.num_acknowledged_subtasks)
                 .unwrap_or(i32::MAX),
             checkpoint_type: match (e.is_savepoint, stopped) {
+                (false, _) if e.unaligned => "UNALIGNED_CHECKPOINT",
                 (false, _) => "CHECKPOINT",
                 (true, false) => "SAVEPOINT",
                 (true, true) => "SYNC_SAVEPOINT",
@@ -414,8 +422,8 @@ impl CheckpointView<'_> {
                 .map(|t| clamp(t.saturating_sub(e.trigger_timestamp_ms)))
                 .unwrap_or(-1),
             alignment_buffered: 0,
-            processed_data: 0,
-            persisted_data: 0,
+            processed_data: clamp(acks.iter().map(|a| a.processed_records).sum()),
+            persisted_data: clamp(acks.iter().map(|a| a.persisted_data).sum()),
             num_subtasks: i32::try_from(lines.len()).unwrap_or(i32::MAX),
             num_acknowledged_subtasks: i32::try_from(acks.len()).unwrap_or(i32::MAX),
         }
@@ -445,8 +453,8 @@ impl CheckpointView<'_> {
                 },
                 alignment: CheckpointAlignmentSummary {
                     buffered: zero,
-                    processed: zero,
-                    persisted: zero,
+                    processed: summary_of(|a| a.processed_records),
+                    persisted: summary_of(|a| a.persisted_data),
                     duration: summary_of(|a| a.alignment_duration_ms),
                 },
                 start_delay: summary_of(|a| a.start_delay_ms),
@@ -476,12 +484,12 @@ impl CheckpointView<'_> {
                         },
                         alignment: CheckpointAlignment {
                             buffered: 0,
-                            processed: 0,
-                            persisted: 0,
+                            processed: clamp(a.processed_records),
+                            persisted: clamp(a.persisted_data),
                             duration: clamp(a.alignment_duration_ms),
                         },
                         start_delay: clamp(a.start_delay_ms),
-                        unaligned_checkpoint: false,
+                        unaligned_checkpoint: a.unaligned,
                         aborted: false,
                     }),
                 })
@@ -533,7 +541,7 @@ fn summary(s: &CompletedCheckpointSummary) -> CheckpointStatisticsSummary {
         state_size: StatsSummaryDto::from_snapshot(&s.state_size.snapshot()),
         end_to_end_duration: StatsSummaryDto::from_snapshot(&s.end_to_end_duration_ms.snapshot()),
         alignment_buffered: none,
-        processed_data: none,
-        persisted_data: none,
+        processed_data: StatsSummaryDto::from_snapshot(&s.processed_records.snapshot()),
+        persisted_data: StatsSummaryDto::from_snapshot(&s.persisted_data.snapshot()),
     }
 }

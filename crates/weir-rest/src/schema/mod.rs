@@ -3,7 +3,7 @@
 //! Each type mirrors a schema of Flink's `rest_v1_dispatcher` specification (named in its doc
 //! comment) field for field: the same names, and the same JSON types — numbers are always
 //! numbers (Flink's `-1` where a time is not known yet, `0` where Weir has no such measure,
-//! e.g. unaligned-checkpoint data), never `null`. Values Weir has no counterpart for are
+//! e.g. the bytes buffered during alignment), never `null`. Values Weir has no counterpart for are
 //! documented where they are set.
 
 pub mod checkpoints;

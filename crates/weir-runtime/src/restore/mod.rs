@@ -254,8 +254,9 @@ fn open_savepoint(
     Ok(Some((storage, metadata)))
 }
 
-/// Checks that a snapshot fits the job: the same max parallelism, and state only for operator
-/// uids the job has — unless skipping unmatched state was allowed.
+/// Checks that a snapshot fits the job: the same max parallelism, channel state only of
+/// operators at the parallelism it was taken at, and state only for operator uids the job
+/// has — unless skipping unmatched state was allowed.
 fn check_restorable(
     graph: &JobGraph,
     metadata: &weir_storage::CheckpointMetadata,
@@ -266,6 +267,11 @@ fn check_restorable(
             "checkpoint {} was taken with pipeline.max-parallelism {}, the job has {}; changing it would move every key, so it is refused",
             metadata.checkpoint.id, metadata.max_parallelism, graph.max_parallelism
         )));
+    }
+    // Refused here, before any attempt: on a cluster, each task manager would otherwise meet
+    // it only while deploying, and the job would restart in vain.
+    for node in &graph.nodes {
+        state::subtasks_with_channel_state(metadata, node)?;
     }
     let unmatched: Vec<&str> = metadata
         .operators

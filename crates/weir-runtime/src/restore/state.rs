@@ -92,15 +92,22 @@ pub fn subtask_state(
     })
 }
 
-/// The channel state subtask `index` of `node` restores (an unaligned checkpoint's in-flight
-/// data): that of the old subtask of the same index. In-flight data belongs to channels that
-/// exist only at the parallelism it was taken at: at another, the restore is refused.
-fn channel_state(
-    storage: &CheckpointStorage,
-    metadata: &CheckpointMetadata,
+/// The handle of the channel state `state` holds, if any.
+fn channel_handle(state: &SubtaskState) -> Option<StateHandle> {
+    state
+        .handles
+        .iter()
+        .find(|h| h.kind == HandleKind::Channels)
+        .cloned()
+}
+
+/// The old subtasks of `node` in `metadata`, if they hold channel state (an unaligned
+/// checkpoint's in-flight data). In-flight data belongs to channels that exist only at the
+/// parallelism it was taken at: at another, the restore is refused.
+pub(super) fn subtasks_with_channel_state<'m>(
+    metadata: &'m CheckpointMetadata,
     node: &Node,
-    index: u32,
-) -> Result<Option<Vec<u8>>, JobError> {
+) -> Result<Option<Vec<(&'m SubtaskId, &'m SubtaskState)>>, JobError> {
     let id = node.id();
     let old: Vec<(&SubtaskId, &SubtaskState)> = metadata
         .checkpoint
@@ -108,14 +115,7 @@ fn channel_state(
         .iter()
         .filter(|(s, _)| s.operator == id)
         .collect();
-    let holds = |state: &SubtaskState| {
-        state
-            .handles
-            .iter()
-            .find(|h| h.kind == HandleKind::Channels)
-            .cloned()
-    };
-    if !old.iter().any(|(_, state)| holds(state).is_some()) {
+    if !old.iter().any(|(_, state)| channel_handle(state).is_some()) {
         return Ok(None);
     }
     if old.len() != node.parallelism as usize {
@@ -127,10 +127,24 @@ fn channel_state(
             node.parallelism
         )));
     }
+    Ok(Some(old))
+}
+
+/// The channel state subtask `index` of `node` restores: that of the old subtask of the same
+/// index, wherever it ran and wherever this one runs.
+fn channel_state(
+    storage: &CheckpointStorage,
+    metadata: &CheckpointMetadata,
+    node: &Node,
+    index: u32,
+) -> Result<Option<Vec<u8>>, JobError> {
+    let Some(old) = subtasks_with_channel_state(metadata, node)? else {
+        return Ok(None);
+    };
     let Some(handle) = old
         .iter()
         .find(|(s, _)| s.index == index)
-        .and_then(|(_, state)| holds(state))
+        .and_then(|(_, state)| channel_handle(state))
     else {
         return Ok(None);
     };

@@ -68,10 +68,19 @@ pub struct RunArgs {
     /// the records queued in the channels, which are stored with the checkpoint.
     #[arg(long)]
     pub unaligned: bool,
+    /// With --unaligned: checkpoints start aligned and turn unaligned at a subtask not aligned
+    /// this long after the trigger (`execution.checkpointing.aligned-checkpoint-timeout`).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg, requires = "unaligned")]
+    pub aligned_timeout: Option<Duration>,
     /// Batches each channel between two subtasks holds (the data in flight under
     /// back-pressure, which an aligned barrier waits behind).
     #[arg(long, value_name = "BATCHES", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub channel_capacity: u32,
+    /// Local recovery (`state.backend.local-recovery`): keep a copy of the state files written
+    /// under DIR, which restarts (after failures injected with `WEIR_INJECT_FAILURES`) read
+    /// instead of the checkpoint storage.
+    #[arg(long, value_name = "DIR")]
+    pub local_recovery: Option<PathBuf>,
     /// Where keyed state lives: `hashmap` or `rocksdb` (`state.backend.type`).
     #[arg(long, value_name = "TYPE", default_value = "hashmap")]
     pub state_backend: String,
@@ -134,6 +143,10 @@ pub fn execution_config(run: &RunArgs, dir: PathBuf) -> Result<ExecutionConfig, 
             dir,
             incremental: !run.full_checkpoints,
             unaligned: run.unaligned,
+            aligned_timeout: run.aligned_timeout.unwrap_or_default(),
+            local_recovery: run.local_recovery.clone(),
+            // An `s3://` checkpoint directory is reached as `WEIR_S3_*` say.
+            s3: weir_core::S3Options::from_env().map_err(|e| CliError::usage(e.to_string()))?,
             ..CheckpointConfig::default()
         },
         start: if run.resume {
@@ -149,6 +162,7 @@ pub fn execution_config(run: &RunArgs, dir: PathBuf) -> Result<ExecutionConfig, 
         },
         state_backend: run.state_backend()?,
         channel_capacity: run.channel_capacity as usize,
+        failure_injection: weir_runtime::FailureInjection::from_env().map_err(CliError::usage)?,
         ..ExecutionConfig::default()
     })
 }
@@ -233,6 +247,7 @@ impl Setup {
             let _ = std::fs::remove_dir_all(scratch);
         }
         let d = summary.stats.summary.end_to_end_duration_ms.snapshot();
+        let channels = summary.stats.summary.persisted_data.snapshot();
         Measured {
             seconds: summary.elapsed.as_secs_f64().max(1e-9),
             cpu_seconds: cpu,
@@ -240,6 +255,8 @@ impl Setup {
             checkpoints_failed: summary.checkpoints_failed,
             p50: d.p50,
             p99: d.p99,
+            channel_state_p50: channels.p50,
+            channel_state_max: channels.max,
             last_checkpoint_bytes: summary.last_checkpoint.map_or(0, |c| c.size_bytes),
             restarts: summary.restarts,
             peak_rss_bytes: proc_status_bytes("VmHWM:").unwrap_or(0),
@@ -257,6 +274,9 @@ pub struct Measured {
     pub checkpoints_failed: u64,
     pub p50: u64,
     pub p99: u64,
+    /// Bytes of channel state (in-flight data) unaligned checkpoints stored: median and most.
+    pub channel_state_p50: u64,
+    pub channel_state_max: u64,
     pub last_checkpoint_bytes: u64,
     pub restarts: u32,
     pub peak_rss_bytes: u64,
@@ -286,13 +306,15 @@ impl Measured {
             .as_ref()
             .map_or(String::new(), alternate::Measured::json_field);
         format!(
-            "{{\"query\":\"{query}\",{extra}{alternation}\"events\":{events},\"parallelism\":{},\"checkpoint_interval\":{interval},\"seconds\":{:.3},\"events_per_second\":{rate:.0},\"cores_used\":{cores:.2},\"events_per_second_per_core\":{per_core:.0},\"checkpoints_completed\":{},\"checkpoints_failed\":{},\"checkpoint_duration_p50_ms\":{},\"checkpoint_duration_p99_ms\":{},\"last_checkpoint_bytes\":{},\"restarts\":{},\"peak_rss_bytes\":{},\"rss_samples\":[{}]}}",
+            "{{\"query\":\"{query}\",{extra}{alternation}\"events\":{events},\"parallelism\":{},\"checkpoint_interval\":{interval},\"seconds\":{:.3},\"events_per_second\":{rate:.0},\"cores_used\":{cores:.2},\"events_per_second_per_core\":{per_core:.0},\"checkpoints_completed\":{},\"checkpoints_failed\":{},\"checkpoint_duration_p50_ms\":{},\"checkpoint_duration_p99_ms\":{},\"channel_state_bytes_p50\":{},\"channel_state_bytes_max\":{},\"last_checkpoint_bytes\":{},\"restarts\":{},\"peak_rss_bytes\":{},\"rss_samples\":[{}]}}",
             run.parallelism,
             self.seconds,
             self.checkpoints_completed,
             self.checkpoints_failed,
             self.p50,
             self.p99,
+            self.channel_state_p50,
+            self.channel_state_max,
             self.last_checkpoint_bytes,
             self.restarts,
             self.peak_rss_bytes,

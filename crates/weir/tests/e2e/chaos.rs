@@ -6,7 +6,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use crate::common::{
-    assert_exactly_once, has_duplicates, random_below, restarts, text, weir, write_text_input,
+    assert_exactly_once, assert_windows_exactly_once, has_duplicates, random_below, restarts, text,
+    weir, write_text_input,
 };
 
 /// Runs wordcount over `input` into `dir/output`, with `extra` arguments.
@@ -66,7 +67,7 @@ fn with_injected_failures(runs: u64, seed: u64, extra: &[&str]) {
 
 #[test]
 fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
-    killed_and_resumed(5, &[]);
+    killed_and_resumed(5, &[], LARGE_INPUT);
 }
 
 /// Unaligned checkpoints through the same failures: barriers overtake the queued records,
@@ -75,16 +76,113 @@ fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
 fn with_unaligned_checkpoints_injected_failures_and_sigkills_commit_every_count_exactly_once() {
     const UNALIGNED: [&str; 2] = ["-D", "execution.checkpointing.unaligned.enabled=true"];
     with_injected_failures(5, 4000, &UNALIGNED);
-    killed_and_resumed(2, &UNALIGNED);
+    killed_and_resumed(2, &UNALIGNED, LARGE_INPUT);
 }
+
+/// Checkpoints that start aligned and turn unaligned at each subtask not aligned 2 ms after
+/// the trigger: within one checkpoint some subtasks align and others capture channel state.
+#[test]
+fn with_an_aligned_checkpoint_timeout_injected_failures_and_sigkills_commit_every_count_exactly_once(
+) {
+    const TIMEOUT: [&str; 4] = [
+        "-D",
+        "execution.checkpointing.unaligned.enabled=true",
+        "-D",
+        "execution.checkpointing.aligned-checkpoint-timeout=2ms",
+    ];
+    with_injected_failures(5, 5000, &TIMEOUT);
+    killed_and_resumed(2, &TIMEOUT, LARGE_INPUT);
+}
+
+/// Under back-pressure — every count held 20 µs (in practice the sleep's granularity, some
+/// 60 µs) before the sink, so that every channel stays full — unaligned checkpoints store the
+/// queued counts with each checkpoint: injected failures and SIGKILLs, exactly-once.
+#[test]
+fn under_back_pressure_with_unaligned_checkpoints_injected_failures_and_sigkills_commit_every_count_exactly_once(
+) {
+    const SLOW: [&str; 4] = [
+        "-D",
+        "execution.checkpointing.unaligned.enabled=true",
+        "--slow-sink",
+        "20us",
+    ];
+    with_injected_failures(3, 6000, &SLOW);
+    // About 48,000 counts: a run takes seconds, and the kills land before its end.
+    killed_and_resumed(2, &SLOW, (4, 2000));
+}
+
+/// Keyed event-time windows under back-pressure (each window result held 300 µs before the
+/// sink) with unaligned checkpoints, killed with SIGKILL up to three times and resumed: every
+/// window's result is committed exactly once, and it is the generator's.
+#[test]
+fn windows_under_back_pressure_with_unaligned_checkpoints_killed_and_resumed_commit_every_result_once(
+) {
+    const PER_SPLIT: u64 = 200_000;
+    const WINDOW_MS: u64 = 2_000;
+    let mut kills = 0;
+    for run in 0..2u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = 7 + run;
+        let mut resume: &[&str] = &[];
+        for round in 0.. {
+            assert!(round < 30, "run {run} never finished");
+            let mut cmd = weir();
+            cmd.current_dir(dir.path())
+                .args(["run", "spend-windows", "--output", "output"])
+                .args(["--checkpoint-dir", "checkpoints", "--parallelism", "2"])
+                .args(["--checkpoint-interval", "50ms", "--no-rest"])
+                .args(["--events", &PER_SPLIT.to_string(), "--users", "300"])
+                .args([
+                    "--window",
+                    &WINDOW_MS.to_string(),
+                    "--seed",
+                    &seed.to_string(),
+                ])
+                .args(["--rate", "100000", "--slow-sink", "300us"])
+                .args(["-D", "execution.checkpointing.unaligned.enabled=true"])
+                .args(resume)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let mut child = cmd.spawn().unwrap();
+            if round < 3 {
+                std::thread::sleep(Duration::from_millis(300 + random_below(1500)));
+                if child.try_wait().unwrap().is_none() {
+                    child.kill().unwrap(); // SIGKILL
+                    child.wait().unwrap();
+                    kills += 1;
+                    resume = &["--resume"];
+                    continue;
+                }
+            }
+            let status = child.wait().unwrap();
+            assert!(status.success(), "run {run} round {round} failed");
+            break;
+        }
+        assert_windows_exactly_once(
+            &dir.path().join("output"),
+            &weir_connectors::EventGenerator::new(seed, 300),
+            WINDOW_MS,
+            2,
+            PER_SPLIT,
+        );
+    }
+    assert!(
+        kills >= 2,
+        "only {kills} kills: the runs are too short to kill"
+    );
+}
+
+/// Files and lines per file of the input of the SIGKILL tests: large enough that a run has not
+/// ended when the kills land.
+const LARGE_INPUT: (usize, usize) = (20, 12_000);
 
 /// `runs` runs of wordcount, each killed with SIGKILL up to three times at random moments and
 /// resumed, with `extra` arguments; every count must be committed exactly once.
-fn killed_and_resumed(runs: u64, extra: &[&str]) {
+fn killed_and_resumed(runs: u64, extra: &[&str], (files, lines): (usize, usize)) {
     let mut kills = 0;
     for run in 0..runs {
         let dir = tempfile::tempdir().unwrap();
-        let input = write_text_input(dir.path(), 2000 + run, 20, 12_000);
+        let input = write_text_input(dir.path(), 2000 + run, files, lines);
         let mut resume: &[&str] = &[];
         for round in 0.. {
             assert!(round < 30, "run {run} never finished");

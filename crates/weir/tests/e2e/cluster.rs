@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{assert_exactly_once, text, weir, write_text_input};
 
+mod unaligned;
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

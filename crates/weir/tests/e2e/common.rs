@@ -229,3 +229,55 @@ pub fn rest_url(job: &mut std::process::Child) -> String {
     }
     panic!("the job printed no REST address");
 }
+
+/// Checks spend-windows' committed output (windows of `window_ms`) against its `generator`,
+/// which made `per_split` purchases in each of `splits` splits: one line per user and window,
+/// with the window's spend and purchases.
+pub fn assert_windows_exactly_once(
+    output: &Path,
+    generator: &weir_connectors::EventGenerator,
+    window_ms: u64,
+    splits: u32,
+    per_split: u64,
+) {
+    let mut expected: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
+    for split in 0..splits {
+        for n in 0..per_split {
+            let e = generator.event(split, n);
+            let window = n / window_ms * window_ms;
+            let slot = expected.entry((e.user, window)).or_default();
+            slot.0 += e.amount;
+            slot.1 += 1;
+        }
+    }
+    let mut got: BTreeMap<(u64, u64), Vec<(u64, u64)>> = BTreeMap::new();
+    for entry in std::fs::read_dir(output).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let f: Vec<u64> = line.split('\t').map(|v| v.parse().unwrap()).collect();
+            got.entry((f[0], f[1])).or_default().push((f[2], f[3]));
+        }
+    }
+    let mut lost = 0;
+    let mut wrong = Vec::new();
+    for (key, want) in &expected {
+        match got.remove(key) {
+            None => lost += 1,
+            Some(v) if v == [*want] => {}
+            Some(v) => wrong.push(format!(
+                "user {} window {}: {v:?}, expected {want:?}",
+                key.0, key.1
+            )),
+        }
+    }
+    assert!(
+        lost == 0 && wrong.is_empty() && got.is_empty(),
+        "{lost} windows lost, {} wrong or duplicated (first: {:?}), {} unexpected",
+        wrong.len(),
+        wrong.first(),
+        got.len()
+    );
+}

@@ -8,6 +8,7 @@ mod common;
 mod demo;
 mod kafka_wordcount;
 mod kill_and_resume;
+mod local_recovery;
 mod pg_replicate;
 mod restore_matrix;
 mod soak;

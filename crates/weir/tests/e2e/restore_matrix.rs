@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use weir_connectors::EventGenerator;
 
 use crate::common::{
-    assert_exactly_once, completed_checkpoints, run_in, text, weir, write_text_input,
+    assert_exactly_once, assert_windows_exactly_once, completed_checkpoints, run_in, text, weir,
+    write_text_input,
 };
 
 /// Where a restored run starts.
@@ -242,6 +243,8 @@ impl Run {
             }
             Job::SpendWindows => assert_windows_exactly_once(
                 &self.path("output"),
+                &EventGenerator::new(SEED.parse().unwrap(), USERS.parse().unwrap()),
+                WINDOW_MS,
                 self.case.from,
                 PURCHASES / self.case.from as u64,
             ),
@@ -524,52 +527,6 @@ pub fn run_case(case: Case, rng: &mut Rng) {
         std::fs::remove_dir_all(&snapshot_root).unwrap();
         assert_verifies(run.dir.path(), &ckpt, "after deleting the snapshot");
     }
-}
-
-/// Checks spend-windows' committed output against the generator: one line per user and
-/// window, with the window's spend and purchases.
-fn assert_windows_exactly_once(output: &Path, splits: u32, per_split: u64) {
-    let generator = EventGenerator::new(SEED.parse().unwrap(), USERS.parse().unwrap());
-    let mut expected: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
-    for split in 0..splits {
-        for n in 0..per_split {
-            let e = generator.event(split, n);
-            let window = n / WINDOW_MS * WINDOW_MS;
-            let slot = expected.entry((e.user, window)).or_default();
-            slot.0 += e.amount;
-            slot.1 += 1;
-        }
-    }
-    let mut got: BTreeMap<(u64, u64), Vec<(u64, u64)>> = BTreeMap::new();
-    for entry in std::fs::read_dir(output).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
-            let f: Vec<u64> = line.split('\t').map(|v| v.parse().unwrap()).collect();
-            got.entry((f[0], f[1])).or_default().push((f[2], f[3]));
-        }
-    }
-    let mut lost = 0;
-    let mut wrong = Vec::new();
-    for (key, want) in &expected {
-        match got.remove(key) {
-            None => lost += 1,
-            Some(v) if v == [*want] => {}
-            Some(v) => wrong.push(format!(
-                "user {} window {}: {v:?}, expected {want:?}",
-                key.0, key.1
-            )),
-        }
-    }
-    assert!(
-        lost == 0 && wrong.is_empty() && got.is_empty(),
-        "{lost} windows lost, {} wrong or duplicated (first: {:?}), {} unexpected",
-        wrong.len(),
-        wrong.first(),
-        got.len()
-    );
 }
 
 fn seed() -> u64 {

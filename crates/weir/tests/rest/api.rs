@@ -60,6 +60,9 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
     assert_eq!(latest["className"], "completed");
     assert_eq!(latest["num_acknowledged_subtasks"], 6);
     assert!(latest["state_size"].as_i64().unwrap() > 0, "{latest}");
+    // Aligned: no in-flight data went with it.
+    assert_eq!(latest["checkpoint_type"], "CHECKPOINT", "{latest}");
+    assert_eq!(latest["persisted_data"], 0, "{latest}");
     assert!(stats["history"].as_array().unwrap().len() >= 3);
     let ids: Vec<i64> = stats["history"]
         .as_array()
@@ -100,7 +103,9 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
             .as_array()
             .unwrap()
             .iter()
-            .all(|s| s["className"] == "completed"));
+            .all(|s| s["className"] == "completed"
+                && s["unaligned_checkpoint"] == false
+                && s["alignment"]["persisted"] == 0));
     }
 
     // A checkpoint now.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::common::{chromium, request, run_with_limit, Demo};
 
 /// The DOM of `url` after the page's scripts ran for `budget_ms` of virtual time.
-fn rendered_dom(url: &str, budget_ms: u32) -> String {
+pub fn rendered_dom(url: &str, budget_ms: u32) -> String {
     let profile = tempfile::tempdir().unwrap();
     let mut command = Command::new(chromium());
     command.args([

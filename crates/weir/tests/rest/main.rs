@@ -11,3 +11,4 @@ mod dashboard;
 mod flink_classes;
 mod flink_cli;
 mod flink_schema;
+mod unaligned;

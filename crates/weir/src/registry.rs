@@ -39,7 +39,7 @@ pub const JOBS: &[RunnableJob] = &[
     },
     RunnableJob {
         name: "run spend-windows",
-        on_cluster: false,
+        on_cluster: true,
         take: |command| match *command {
             Command::Run(RunCommand::SpendWindows(args)) => Ok(Box::<SpendWindowsArgs>::new(args)),
             other => Err(Box::new(other)),
@@ -109,9 +109,10 @@ pub fn cluster_job(job: &[String]) -> Result<Box<dyn ClusterJob>, CliError> {
                 .filter(|j| j.on_cluster)
                 .map(|j| format!("`{} …`", j.name))
                 .collect();
+            let (last, others) = names.split_last().expect("some job runs on a cluster");
             Err(CliError::usage(format!(
-                "a cluster runs {}, not {:?}",
-                names.join(" or "),
+                "a cluster runs {} or {last}, not {:?}",
+                others.join(", "),
                 job.join(" ")
             )))
         }

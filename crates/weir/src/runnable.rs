@@ -3,6 +3,7 @@
 //! same command after `weir jobmanager --`). The jobs are listed in `registry.rs`.
 
 use weir_core::config::HighAvailabilityConfig;
+use weir_core::Config;
 use weir_runtime::deploy::Deployer;
 use weir_runtime::graph::JobGraph;
 use weir_runtime::{ExecutionConfig, HighAvailabilityServices, StopHandle};
@@ -58,4 +59,94 @@ pub trait ClusterJob {
         ha: Option<&mut dyn HighAvailabilityServices>,
         stop: &StopHandle,
     ) -> Result<(), CliError>;
+}
+
+/// A job built from its flags alike in every process, that takes the job manager's options as
+/// its own (`wordcount`, `spend-windows`): [`OnCluster`] makes it a [`ClusterJob`].
+pub trait BuildsAlike: Sized {
+    /// The job as built: its graph, settings and whatever its run needs besides.
+    type Built;
+    /// The command that names the job after `weir`.
+    const COMMAND: &'static str;
+    /// The job's `-D` options, to which the job manager's are added.
+    fn defines(&mut self) -> &mut Vec<String>;
+    /// Builds the job from its flags (`cluster`: as part of a cluster, which allows high
+    /// availability).
+    fn build(&self, cluster: bool) -> Result<Self::Built, CliError>;
+    /// The graph, settings and options of a built job.
+    fn parts(built: &Self::Built) -> (&JobGraph, &ExecutionConfig, &Config);
+    /// Runs the built job with its attempts deployed by `deployer`.
+    fn run_built(
+        &self,
+        built: &Self::Built,
+        deployer: &mut dyn Deployer,
+        ha: Option<&mut dyn HighAvailabilityServices>,
+        stop: &StopHandle,
+    ) -> Result<(), CliError>;
+}
+
+/// A [`BuildsAlike`] job on a cluster: it takes the job manager's options, and the job manager
+/// builds it before it starts, so that bad flags fail before any task manager is involved.
+pub struct OnCluster<J: BuildsAlike> {
+    args: J,
+    /// The job manager's job, once prepared.
+    built: Option<J::Built>,
+}
+
+impl<J: BuildsAlike> OnCluster<J> {
+    pub fn new(args: J) -> OnCluster<J> {
+        OnCluster { args, built: None }
+    }
+}
+
+impl<J: BuildsAlike> ClusterJob for OnCluster<J> {
+    fn build(&self) -> Result<(JobGraph, ExecutionConfig), CliError> {
+        let built = self.args.build(true)?;
+        let (graph, exec, _) = J::parts(&built);
+        Ok((graph.clone(), exec.clone()))
+    }
+
+    fn takes_options(&self) -> bool {
+        true
+    }
+
+    fn add_options(&mut self, defines: &[String]) {
+        self.args.defines().extend(defines.iter().cloned());
+    }
+
+    fn prepare(&mut self) -> Result<HighAvailabilityConfig, CliError> {
+        let built = self.args.build(true)?;
+        let ha = HighAvailabilityConfig::from_config(J::parts(&built).2)?;
+        self.built = Some(built);
+        Ok(ha)
+    }
+
+    fn command(&self) -> &'static str {
+        J::COMMAND
+    }
+
+    fn job_name(&self) -> &str {
+        self.built
+            .as_ref()
+            .map_or(J::COMMAND.rsplit(' ').next().unwrap_or(J::COMMAND), |b| {
+                &J::parts(b).0.name
+            })
+    }
+
+    fn stops_on_interrupt(&self) -> bool {
+        true
+    }
+
+    fn run_on(
+        &self,
+        deployer: &mut dyn Deployer,
+        ha: Option<&mut dyn HighAvailabilityServices>,
+        stop: &StopHandle,
+    ) -> Result<(), CliError> {
+        let built = self
+            .built
+            .as_ref()
+            .expect("the job manager prepares the job first");
+        self.args.run_built(built, deployer, ha, stop)
+    }
 }

@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use weir_api::prelude::*;
 use weir_connectors::{CommittingFileSink, Event, EventGenerator, SinkMode};
-use weir_runtime::deploy::LocalDeployer;
-use weir_runtime::{execute_with, JobHandle, StopHandle};
+use weir_runtime::deploy::{Deployer, LocalDeployer};
+use weir_runtime::graph::JobGraph;
+use weir_runtime::{execute_with, ExecutionConfig, HighAvailabilityServices, JobHandle, StopHandle};
 
 use crate::args::JobArgs;
 use crate::demo::execution_config;
-use crate::runnable::{ClusterJob, Runnable};
+use crate::runnable::{BuildsAlike, ClusterJob, OnCluster, Runnable};
 use crate::CliError;
 
 #[derive(Args, Debug, Clone)]
@@ -79,7 +80,17 @@ impl AggregateFunction<Event> for SpendAndCount {
     }
 }
 
-pub fn run(args: SpendWindowsArgs) -> Result<(), CliError> {
+/// The spend-windows job built from its flags.
+pub struct SpendWindows {
+    pub graph: JobGraph,
+    pub exec: ExecutionConfig,
+    /// The options the job was built with (file, environment, `-D`, flags).
+    pub config: weir_core::Config,
+}
+
+/// Builds the job from its flags. Every process of a cluster calls this with the same flags
+/// (`cluster`); a job run in one process refuses high availability.
+pub fn build(args: &SpendWindowsArgs, cluster: bool) -> Result<SpendWindows, CliError> {
     if args.job.checkpoint_dir.is_none() {
         return Err(CliError::usage("spend-windows needs --checkpoint-dir DIR"));
     }
@@ -94,9 +105,12 @@ pub fn run(args: SpendWindowsArgs) -> Result<(), CliError> {
             args.output.display()
         )));
     }
-    let config = args
-        .job
-        .local_config(&[("execution.checkpointing.interval", "1s")])?;
+    let defaults = [("execution.checkpointing.interval", "1s")];
+    let config = if cluster {
+        args.job.config(&defaults)?
+    } else {
+        args.job.local_config(&defaults)?
+    };
     let mut exec = execution_config(&config, args.job.start_mode())?;
     args.job.apply_restore(&mut exec);
 
@@ -133,20 +147,36 @@ pub fn run(args: SpendWindowsArgs) -> Result<(), CliError> {
         CommittingFileSink::new(&args.output, format, SinkMode::ExactlyOnce),
     );
     let graph = env.build()?;
+    Ok(SpendWindows {
+        graph,
+        exec,
+        config,
+    })
+}
 
+pub fn run(args: SpendWindowsArgs) -> Result<(), CliError> {
     let stop = StopHandle::new();
     let on_interrupt = stop.clone();
     let _ = ctrlc::set_handler(move || on_interrupt.stop());
-    let handle = JobHandle::new(&graph, &exec.checkpoint, stop.clone());
-    let served = crate::rest_args::serve(&args.job.rest, &handle, &exec, graph.max_parallelism)?;
-    let summary = execute_with(
-        &graph,
-        &exec,
-        &handle,
-        &mut |_| {},
-        &mut LocalDeployer,
-        None,
-    );
+    let job = build(&args, false)?;
+    run_on(&args, &job, &mut LocalDeployer, None, &stop)
+}
+
+/// Runs the job with its attempts deployed by `deployer` — in this process, or on a cluster's
+/// task managers (`weir jobmanager -- run spend-windows …`) — and its checkpoint ids and
+/// completed checkpoints kept by `ha` (ZooKeeper) or in this process; `stop` stops or cancels
+/// it.
+pub fn run_on(
+    args: &SpendWindowsArgs,
+    job: &SpendWindows,
+    deployer: &mut dyn Deployer,
+    ha: Option<&mut dyn HighAvailabilityServices>,
+    stop: &StopHandle,
+) -> Result<(), CliError> {
+    let SpendWindows { graph, exec, .. } = job;
+    let handle = JobHandle::new(graph, &exec.checkpoint, stop.clone());
+    let served = crate::rest_args::serve(&args.job.rest, &handle, exec, graph.max_parallelism)?;
+    let summary = execute_with(graph, exec, &handle, &mut |_| {}, deployer, ha);
     served.finish();
     let summary = summary?;
     println!(
@@ -176,8 +206,33 @@ impl Runnable for SpendWindowsArgs {
     }
 
     fn on_cluster(self: Box<Self>) -> Result<Box<dyn ClusterJob>, CliError> {
-        Err(CliError::usage(
-            "`run spend-windows` runs in one process only",
-        ))
+        Ok(Box::new(OnCluster::new(*self)))
+    }
+}
+
+impl BuildsAlike for SpendWindowsArgs {
+    type Built = SpendWindows;
+    const COMMAND: &'static str = "run spend-windows";
+
+    fn defines(&mut self) -> &mut Vec<String> {
+        &mut self.job.define
+    }
+
+    fn build(&self, cluster: bool) -> Result<SpendWindows, CliError> {
+        build(self, cluster)
+    }
+
+    fn parts(built: &SpendWindows) -> (&JobGraph, &ExecutionConfig, &weir_core::Config) {
+        (&built.graph, &built.exec, &built.config)
+    }
+
+    fn run_built(
+        &self,
+        built: &SpendWindows,
+        deployer: &mut dyn Deployer,
+        ha: Option<&mut dyn HighAvailabilityServices>,
+        stop: &StopHandle,
+    ) -> Result<(), CliError> {
+        run_on(self, built, deployer, ha, stop)
     }
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 use weir_api::prelude::*;
 use weir_connectors::file_source::check_input;
 use weir_connectors::{CommittingFileSink, FileSource, SinkMode};
-use weir_core::config::HighAvailabilityConfig;
 use weir_runtime::deploy::{Deployer, LocalDeployer};
 use weir_runtime::graph::JobGraph;
 use weir_runtime::{
@@ -19,7 +18,7 @@ use weir_runtime::{
 use crate::args::{duration_arg, JobArgs};
 use crate::demo::execution_config;
 use crate::one_value::OneValue;
-use crate::runnable::{ClusterJob, Runnable};
+use crate::runnable::{BuildsAlike, ClusterJob, OnCluster, Runnable};
 use crate::CliError;
 
 #[derive(Args, Debug, Clone)]
@@ -245,64 +244,33 @@ impl Runnable for WordcountArgs {
     }
 
     fn on_cluster(self: Box<Self>) -> Result<Box<dyn ClusterJob>, CliError> {
-        Ok(Box::new(ClusterWordcount {
-            args: *self,
-            built: None,
-        }))
+        Ok(Box::new(OnCluster::new(*self)))
     }
 }
 
-/// Wordcount on a cluster: it takes the job manager's options, and the job manager builds it
-/// before it starts, so that bad flags fail before any task manager is involved.
-struct ClusterWordcount {
-    args: WordcountArgs,
-    /// The job manager's job, once prepared.
-    built: Option<Wordcount>,
-}
+impl BuildsAlike for WordcountArgs {
+    type Built = Wordcount;
+    const COMMAND: &'static str = "run wordcount";
 
-impl ClusterJob for ClusterWordcount {
-    fn build(&self) -> Result<(JobGraph, ExecutionConfig), CliError> {
-        let built = build(&self.args, true)?;
-        Ok((built.graph, built.exec))
+    fn defines(&mut self) -> &mut Vec<String> {
+        &mut self.job.define
     }
 
-    fn takes_options(&self) -> bool {
-        true
+    fn build(&self, cluster: bool) -> Result<Wordcount, CliError> {
+        build(self, cluster)
     }
 
-    fn add_options(&mut self, defines: &[String]) {
-        self.args.job.define.extend(defines.iter().cloned());
+    fn parts(built: &Wordcount) -> (&JobGraph, &ExecutionConfig, &weir_core::Config) {
+        (&built.graph, &built.exec, &built.config)
     }
 
-    fn prepare(&mut self) -> Result<HighAvailabilityConfig, CliError> {
-        let built = build(&self.args, true)?;
-        let ha = HighAvailabilityConfig::from_config(&built.config)?;
-        self.built = Some(built);
-        Ok(ha)
-    }
-
-    fn command(&self) -> &'static str {
-        "run wordcount"
-    }
-
-    fn job_name(&self) -> &str {
-        self.built.as_ref().map_or("wordcount", |b| &b.graph.name)
-    }
-
-    fn stops_on_interrupt(&self) -> bool {
-        true
-    }
-
-    fn run_on(
+    fn run_built(
         &self,
+        built: &Wordcount,
         deployer: &mut dyn Deployer,
         ha: Option<&mut dyn HighAvailabilityServices>,
         stop: &StopHandle,
     ) -> Result<(), CliError> {
-        let built = self
-            .built
-            .as_ref()
-            .expect("the job manager prepares the job first");
-        run_on(&self.args, built, deployer, ha, stop)
+        run_on(self, built, deployer, ha, stop)
     }
 }

@@ -225,7 +225,7 @@ fn cluster_commands_refuse_bad_flags_with_exit_status_2() {
     assert_refused(&["jobmanager", "--rpc-port", "0"], "JOB");
     assert_refused(
         &["jobmanager", "--rpc-port", "0", "--", "demo"],
-        "a cluster runs `run wordcount …` or `bench keyed-count …`",
+        "a cluster runs `run wordcount …`, `run spend-windows …` or `bench keyed-count …`",
     );
     assert_refused(
         &[

@@ -72,10 +72,15 @@ fn task_manager(dir: &Path, job_manager: &str, n: usize, inject: Option<&str>) -
 }
 
 /// Bytes of in-flight data (channel state) of operator `uid`'s subtasks in completed
-/// checkpoint `id` of the job.
+/// checkpoint `id` of wordcount.
 fn channel_state_bytes(dir: &Path, id: u64, uid: &str) -> u64 {
-    let storage =
-        weir_storage::CheckpointStorage::open(&dir.join("checkpoints"), "wordcount").unwrap();
+    channel_state_bytes_of(dir, "wordcount", id, uid)
+}
+
+/// Bytes of in-flight data (channel state) of operator `uid`'s subtasks in completed
+/// checkpoint `id` of job `job`.
+fn channel_state_bytes_of(dir: &Path, job: &str, id: u64, uid: &str) -> u64 {
+    let storage = weir_storage::CheckpointStorage::open(&dir.join("checkpoints"), job).unwrap();
     let operator = weir_core::OperatorId::from_uid(uid);
     storage
         .read_metadata(weir_core::CheckpointId(id))
@@ -202,4 +207,69 @@ fn an_unaligned_checkpoint_of_a_cluster_is_refused_at_another_parallelism_before
         "{log}"
     );
     assert!(!log.contains("deployed the attempt"), "{log}");
+}
+
+/// Keyed event-time windows under back-pressure (each result held 300 µs before the sink) on
+/// two task managers with unaligned checkpoints, failing a window subtask about 1.5 s into
+/// each attempt: every window's result is committed exactly once, and it is the generator's.
+#[test]
+fn with_unaligned_checkpoints_back_pressured_windows_on_two_task_managers_commit_every_result_once()
+{
+    const PER_SPLIT: u64 = 200_000;
+    const WINDOW_MS: u64 = 2_000;
+    const SEED: u64 = 11;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let mut cmd = weir();
+    cmd.current_dir(dir.path())
+        .args(["jobmanager", "--bind", "127.0.0.1", "--rpc-port"])
+        .arg(port.to_string())
+        .args(["--wait-for-task-managers", "2"])
+        .args([
+            "-D",
+            "heartbeat.interval=200ms",
+            "-D",
+            "heartbeat.timeout=3s",
+        ])
+        .args(["--", "run", "spend-windows", "--no-rest", "--output"])
+        .arg(dir.path().join("output"))
+        .args(["--checkpoint-dir"])
+        .arg(dir.path().join("checkpoints"))
+        .args(["--parallelism", "2", "--checkpoint-interval", "100ms"])
+        .args(["--events", &PER_SPLIT.to_string(), "--users", "300"])
+        .args([
+            "--window",
+            &WINDOW_MS.to_string(),
+            "--seed",
+            &SEED.to_string(),
+        ])
+        .args(["--rate", "100000", "--slow-sink", "300us"])
+        .args(["-D", "execution.checkpointing.unaligned.enabled=true"])
+        .args(["-D", "execution.checkpointing.num-retained=100000"])
+        .args(["-D", "restart-strategy.type=fixed-delay"])
+        .args(["-D", "restart-strategy.fixed-delay.attempts=100"])
+        .args(["-D", "restart-strategy.fixed-delay.delay=0ms"]);
+    let mut jm = Process::start(cmd, dir.path().join("jobmanager.log"));
+    let mut tms: Vec<Process> = (0..2)
+        .map(|n| task_manager(dir.path(), &address, n, Some("spend-per-window:1500ms")))
+        .collect();
+    let log = finished(&mut jm);
+    assert!(restarts(&log) >= 1, "no injected failure struck\n{log}");
+    all_exited_ok(&mut tms);
+    crate::common::assert_windows_exactly_once(
+        &dir.path().join("output"),
+        &weir_connectors::EventGenerator::new(SEED, 300),
+        WINDOW_MS,
+        2,
+        PER_SPLIT,
+    );
+    let ids = completed_ids(&log);
+    let captured = ids.iter().any(|id| {
+        channel_state_bytes_of(dir.path(), "spend-windows", *id, "slow-sink") > EMPTY_CHANNELS
+    });
+    assert!(
+        captured,
+        "no checkpoint of {ids:?} captured a window result in flight: was the job back-pressured?"
+    );
 }

@@ -16,7 +16,9 @@ use weir_api::prelude::*;
 use weir_connectors::{CommittingFileSink, Event, EventGenerator, SinkMode};
 use weir_runtime::deploy::{Deployer, LocalDeployer};
 use weir_runtime::graph::JobGraph;
-use weir_runtime::{execute_with, ExecutionConfig, HighAvailabilityServices, JobHandle, StopHandle};
+use weir_runtime::{
+    execute_with, ExecutionConfig, HighAvailabilityServices, JobHandle, StopHandle,
+};
 
 use crate::args::JobArgs;
 use crate::demo::execution_config;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{assert_exactly_once, text, weir, write_text_input};
+use crate::common::{assert_exactly_once, restarts, text, weir, write_text_input};
 
 mod unaligned;
 
@@ -438,6 +438,52 @@ fn a_cluster_checkpointing_to_s3_survives_a_killed_task_manager() {
         "nothing went to local disk"
     );
     assert_exactly_once(&input, &dir.path().join("output"));
+}
+
+/// Local recovery on a cluster: each task manager keeps a copy of the state files its subtasks
+/// write, and a subtask restarted on the same task manager (failures injected about 1.5 s into
+/// each attempt) reads its state from there.
+#[test]
+fn with_local_recovery_subtasks_restarted_on_their_task_manager_read_its_local_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = write_text_input(dir.path(), 47, 30, 20_000);
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let local = dir.path().join("local-state");
+    let defines = [
+        "state.backend.local-recovery=true".to_string(),
+        format!("taskmanager.state.local.root-dirs={}", local.display()),
+        // Every piece of state in a file of its own, none inline in the metadata.
+        "execution.checkpointing.data-inline-threshold=0".to_string(),
+    ];
+    let mut jm = job_manager_with(dir.path(), port, &input, 3, &defines, "jobmanager");
+    let mut tms: Vec<Process> = (0..3)
+        .map(|n| unaligned::task_manager(dir.path(), &address, n, Some("counts:1500ms")))
+        .collect();
+    let log = finished(&mut jm);
+    assert!(restarts(&log) >= 1, "no injected failure struck\n{log}");
+    all_exited_ok(&mut tms);
+    assert_exactly_once(&input, &dir.path().join("output"));
+    let local_bytes: u64 = tms
+        .iter()
+        .flat_map(|tm| {
+            let log = tm.log();
+            let found: Vec<u64> = log
+                .split("local_bytes=")
+                .skip(1)
+                .filter_map(|rest| {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse().ok()
+                })
+                .collect();
+            found
+        })
+        .sum();
+    assert!(
+        local_bytes > 0,
+        "no restarted subtask read a local copy:\n{}",
+        tms.iter().map(Process::log).collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]

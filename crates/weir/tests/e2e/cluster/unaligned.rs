@@ -58,7 +58,12 @@ fn job_manager(dir: &Path, port: u16, input: &Path) -> Process {
 
 /// Task manager `n` of one slot, failing the subtasks `inject` names
 /// (`WEIR_INJECT_FAILURES`).
-fn task_manager(dir: &Path, job_manager: &str, n: usize, inject: Option<&str>) -> Process {
+pub(super) fn task_manager(
+    dir: &Path,
+    job_manager: &str,
+    n: usize,
+    inject: Option<&str>,
+) -> Process {
     let Some(spec) = inject else {
         return task_manager_of(dir, job_manager, 1, n);
     };

@@ -30,6 +30,11 @@
 #
 # The REST tests drive Debian's Chromium and Flink's own command line (apache-flink on PyPI):
 # scripts/install-test-tools.sh installs both if missing. Those tests fail without them.
+#
+# The network-partition tests run every process of a test cluster in a network namespace of its
+# own (`ip netns`, as root) and delay and drop packets between them with iptables' NFQUEUE
+# (scripts/netns-delay.py): Debian's iproute2 and iptables are installed if missing.
+# WEIR_REQUIRE_NETNS=1 makes those tests fail, not skip, where namespaces cannot be made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,6 +119,15 @@ echo "scripts/test.sh: Kafka-protocol broker (tansu) at $WEIR_TEST_KAFKA (state 
 
 scripts/install-test-tools.sh
 scripts/rocksdb.sh install
+netns_packages=()
+command -v ip >/dev/null || netns_packages+=(iproute2)
+command -v iptables >/dev/null || netns_packages+=(iptables)
+if [ ${#netns_packages[@]} -gt 0 ]; then
+  echo "scripts/test.sh: installing ${netns_packages[*]} (Debian), for the network-partition tests" >&2
+  scripts/apt-update.sh
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${netns_packages[@]}" >/dev/null
+fi
+export WEIR_REQUIRE_NETNS=1
 
 features=(--features weir/rocksdb)
 cargo test --workspace --all-targets "${features[@]}" "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A standalone ZooKeeper for Weir's high-availability tests: Debian's `zookeeper` package run on
-# 127.0.0.1, with its data directory kept across restarts so that sessions and znodes survive a
-# stop/start exactly as they do on a real server.
+# 127.0.0.1 (or $WEIR_ZK_HOST), with its data directory kept across restarts so that sessions
+# and znodes survive a stop/start exactly as they do on a real server.
 #
 # Usage: scripts/zookeeper.sh install|start|stop|restart|status|address
 #
@@ -15,11 +15,14 @@
 #
 # State (zoo.cfg, data, log, pid, port) lives in $WEIR_ZK_DIR, which must be set: the tests get
 # it from scripts/test.sh, which also exports WEIR_TEST_ZK (the address) for them.
+#
+# WEIR_ZK_HOST binds the server to another address than 127.0.0.1: the network-partition tests
+# run one per test inside a network namespace of its own, at that namespace's address.
 set -euo pipefail
 
 ZK_JAR=/usr/share/java/zookeeper.jar
 ZK_CONF=/etc/zookeeper/conf
-HOST=127.0.0.1
+HOST=${WEIR_ZK_HOST:-127.0.0.1}
 
 die() {
   echo "zookeeper.sh: $*" >&2
@@ -48,7 +51,7 @@ port() {
   local dir
   dir=$(state_dir)
   if [ ! -s "$dir/port" ]; then
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' >"$dir/port"
+    python3 -c 'import socket, sys; s=socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1]); s.close()' "$HOST" >"$dir/port"
   fi
   cat "$dir/port"
 }

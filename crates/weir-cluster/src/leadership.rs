@@ -35,9 +35,9 @@ pub enum LeaderOutcome<E> {
 /// the leader's ZooKeeper services (the checkpoint id counter and completed checkpoint store,
 /// written with its fencing token) and a stop handle. On losing leadership the handle is
 /// cancelled — `run` must return promptly —, the task managers are dropped, and the job manager
-/// contends again. When `run` returns by itself, the job's end is recorded in ZooKeeper (unless
-/// `stop` was used: a job stopped by hand is left to resume), so that no job manager runs it
-/// again.
+/// contends again as a new contender, so that a term it wins later is a new one. When `run`
+/// returns by itself, the job's end is recorded in ZooKeeper (unless `stop` was used: a job
+/// stopped by hand is left to resume), so that no job manager runs it again.
 pub fn run_as_leader<E>(
     jm: &JobManager,
     zk: &ZooKeeperHaConfig,
@@ -47,8 +47,9 @@ pub fn run_as_leader<E>(
 ) -> Result<LeaderOutcome<E>, ClusterError> {
     let services = ZooKeeperHaServices::connect(zk, JobId::from_name(job_name))
         .map_err(|e| ClusterError::Connection(format!("high availability: {e}")))?;
-    let election = services.leader_election(&jm.address().to_string());
-    let events = election.subscribe();
+    let contender = jm.address().to_string();
+    let mut election = services.leader_election(&contender);
+    let mut events = election.subscribe();
     loop {
         tracing::info!(quorum = %zk.quorum, "standing by: waiting for leadership");
         let token = loop {
@@ -121,6 +122,19 @@ pub fn run_as_leader<E>(
             }
             return Ok(LeaderOutcome::Ran(result));
         }
-        tracing::warn!("the job was cancelled here after losing leadership; standing by again");
+        // Invariant: a leadership term never resumes. The election would grant this same
+        // token again should the session reconnect with its znode intact, and the job would
+        // then run a second time under the term it ran under before: its attempts, numbered
+        // from 0 again, would reuse the generations (term and attempt) that task managers
+        // already saw, whose data connections they refuse as stale or, worse, take for the
+        // old attempt's. Resigning the znode and joining anew gives a later leadership a new,
+        // greater epoch, whichever job manager wins it (as Curator's LeaderLatch does after
+        // a suspended connection).
+        tracing::warn!(
+            "the job was cancelled here after losing leadership; joining the election again"
+        );
+        election.close();
+        election = services.leader_election(&contender);
+        events = election.subscribe();
     }
 }

@@ -84,6 +84,7 @@
 //!             data_bind: "0.0.0.0:6121".parse()?,
 //!             data_host: "10.0.0.11".into(),
 //!             connect_timeout: Duration::from_secs(60),
+//!             heartbeat_timeout: Duration::from_secs(10),
 //!             secret,
 //!             tls,
 //!         };
@@ -97,7 +98,10 @@
 //!
 //! A task manager whose session breaks or whose heartbeats stop is lost; the attempt fails, and
 //! the executor's restart strategy redeploys the whole job on the remaining slots (waiting for
-//! new task managers if there are too few) from the latest completed checkpoint.
+//! new task managers if there are too few) from the latest completed checkpoint. A task manager
+//! in turn gives up a job manager that stops answering its keepalive pings for
+//! `heartbeat_timeout`: it cancels its subtasks and looks for a job manager again, so that a
+//! partition leaves no subtask running for a job manager that is gone.
 
 pub mod error;
 pub mod ha;

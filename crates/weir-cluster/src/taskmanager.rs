@@ -50,6 +50,12 @@ pub struct TaskManagerOptions {
     pub data_host: String,
     /// How long to keep trying to reach the job manager, at start and after losing it.
     pub connect_timeout: Duration,
+    /// How long the job manager may go unheard before this task manager gives it up
+    /// (`heartbeat.timeout`, as the job manager's for its task managers): a session whose
+    /// keepalive pings go unanswered this long is dropped — the subtasks are cancelled and a
+    /// job manager looked for again —, and a connection attempt that gets no answer within it
+    /// moves on to the next address.
+    pub heartbeat_timeout: Duration,
     /// The cluster's secret, proven to the job manager and to the other task managers
     /// ([`crate::security`]).
     pub secret: Option<ClusterSecret>,
@@ -140,9 +146,12 @@ pub fn run_task_manager(
     let metrics: Arc<AttemptMetrics> = Arc::new(Mutex::new(None));
     let mut job: Option<Job> = None;
     let session_outbox: Arc<Mutex<Option<Outbox>>> = Arc::new(Mutex::new(None));
+    // Which of the job managers' addresses to try first: after losing one, the next, which is
+    // more likely the new leader than the one just lost.
+    let mut first = 0;
     loop {
-        let session = connect(&runtime, &options, &data_address)?;
-        let (outbox, mut inbound) = session;
+        let (outbox, mut inbound, connected) = connect(&runtime, &options, &data_address, first)?;
+        first = connected + 1;
         // Acknowledgements from snapshot workers (which outlive a session) go to the session
         // of the moment.
         *session_outbox.lock().expect("outbox lock") = Some(outbox.clone());
@@ -227,12 +236,15 @@ pub fn run_task_manager(
     }
 }
 
-/// Opens a session with the job manager and registers, retrying until the connect timeout.
+/// Opens a session with the job manager and registers, retrying until the connect timeout;
+/// with several addresses, tries each in turn from the one at `first`. Returns the session and
+/// the index of the address that accepted it.
 fn connect(
     runtime: &tokio::runtime::Runtime,
     options: &TaskManagerOptions,
     data_address: &str,
-) -> Result<(Outbox, tonic::Streaming<FromJobManager>), ClusterError> {
+    first: usize,
+) -> Result<(Outbox, tonic::Streaming<FromJobManager>, usize), ClusterError> {
     let deadline = Instant::now() + options.connect_timeout;
     let addresses: Vec<&str> = options
         .job_manager
@@ -247,11 +259,12 @@ fn connect(
     }
     let credential = security::credential_interceptor(options.secret.as_ref())?;
     let mut last_error = String::new();
-    let mut next = 0;
+    let mut tried = 0;
     while Instant::now() < deadline {
         // Several job managers (high availability): only the leader accepts; try each in turn.
-        let address = addresses[next % addresses.len()];
-        next += 1;
+        let index = (first + tried) % addresses.len();
+        let address = addresses[index];
+        tried += 1;
         let scheme = if options.tls.is_some() {
             "https"
         } else {
@@ -264,6 +277,7 @@ fn connect(
         let attempt = runtime.block_on(async {
             let mut endpoint = tonic::transport::Endpoint::from_shared(endpoint.clone())
                 .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+            endpoint = with_liveness(endpoint, options.heartbeat_timeout);
             if let Some(tls) = &options.tls {
                 let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
                 endpoint = endpoint
@@ -311,13 +325,13 @@ fn connect(
             other => other.map_err(|s| status_chain(&s)),
         };
         match attempt {
-            Ok(session) => return Ok(session),
+            Ok((outbox, inbound)) => return Ok((outbox, inbound, index)),
             Err(e) => {
                 if last_error.is_empty() {
                     tracing::info!(job_manager = %address, error = %e, "waiting for the job manager");
                 }
                 last_error = format!("{address}: {e}");
-                if next % addresses.len() == 0 {
+                if tried % addresses.len() == 0 {
                     std::thread::sleep(Duration::from_millis(200));
                 }
             }
@@ -343,6 +357,28 @@ fn connect(
         options.job_manager,
         options.connect_timeout.as_secs()
     )))
+}
+
+/// Makes a session with a job manager that went silent fail within `timeout`, and a
+/// connection attempt to one that does not answer give up within it.
+///
+/// A partition drops packets without a word: the TCP connection stays open and nothing
+/// arrives, so a task manager would wait for a silent job manager until TCP itself gave up,
+/// many minutes later — running its subtasks for nobody meanwhile, and never looking for the
+/// leader that replaced it. HTTP/2 pings, which the job manager's server answers by itself,
+/// tell a live job manager from a silent one: one unanswered for half the timeout, sent at
+/// most half the timeout after the last, ends the session. A frozen job manager stops
+/// answering too, and is given up the same way.
+fn with_liveness(
+    endpoint: tonic::transport::Endpoint,
+    timeout: Duration,
+) -> tonic::transport::Endpoint {
+    let half = (timeout / 2).max(Duration::from_millis(100));
+    endpoint
+        .connect_timeout(timeout)
+        .http2_keep_alive_interval(half)
+        .keep_alive_timeout(half)
+        .keep_alive_while_idle(true)
 }
 
 /// A call's failure and what caused it.
@@ -674,6 +710,43 @@ mod tests {
     use super::*;
     use weir_checkpoint::TaskStatus;
     use weir_core::OperatorId;
+
+    #[test]
+    fn a_job_manager_that_takes_the_connection_but_never_answers_is_given_up() {
+        // Takes connections and holds them open without a word: a job manager frozen, or
+        // behind a partition that came after the TCP handshake.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = silent.local_addr().unwrap();
+        std::thread::spawn(move || silent.incoming().take(100).collect::<Vec<_>>());
+        let options = TaskManagerOptions {
+            job_manager: address.to_string(),
+            id: "tm".into(),
+            slots: 1,
+            data_bind: "127.0.0.1:0".parse().unwrap(),
+            data_host: "127.0.0.1".into(),
+            connect_timeout: Duration::from_secs(2),
+            heartbeat_timeout: Duration::from_millis(400),
+            secret: None,
+            tls: None,
+        };
+        let (done, result) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = done.send(connect(&runtime, &options, "127.0.0.1:1", 0).map(|_| ()));
+        });
+        let result = result
+            .recv_timeout(Duration::from_secs(20))
+            .expect("still waiting for a job manager that never answers");
+        let error = result.expect_err("a session with a silent job manager");
+        assert!(
+            error.to_string().contains("cannot reach the job manager"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn a_subtask_status_reaches_the_job_manager_before_the_events_that_follow_it() {

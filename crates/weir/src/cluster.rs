@@ -72,7 +72,9 @@ pub struct TaskManagerArgs {
     #[arg(long, default_value = "60s", value_parser = crate::args::duration_arg)]
     pub connect_timeout: Duration,
     /// Set an option of the job on this task manager only (after the job manager's), e.g.
-    /// -D s3.endpoint=http://10.0.0.5:9000 where the store has another address.
+    /// -D s3.endpoint=http://10.0.0.5:9000 where the store has another address; and
+    /// heartbeat.timeout, how long a silent job manager is waited for before this task manager
+    /// cancels its subtasks and looks for one again (10s by default).
     #[arg(short = 'D', value_name = "KEY=VALUE")]
     pub define: Vec<String>,
 }
@@ -118,6 +120,10 @@ fn cluster_tls(config: &Config) -> Result<Option<ClusterTls>, CliError> {
     ClusterTls::from_config(config).map_err(|e| CliError::usage(e.to_string()))
 }
 
+/// `heartbeat.timeout` unless set: how long a job manager waits for a task manager's
+/// heartbeat, and a task manager for the job manager's answers.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The cluster options of the job manager, from its -D flags.
 fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliError> {
     let config = options_of(&args.define)?;
@@ -130,7 +136,7 @@ fn job_manager_options(args: &JobManagerArgs) -> Result<JobManagerOptions, CliEr
         tls: cluster_tls(&config)?,
         job_args: args.job.clone(),
         heartbeat_interval: duration("heartbeat.interval", Duration::from_secs(1))?,
-        heartbeat_timeout: duration("heartbeat.timeout", Duration::from_secs(10))?,
+        heartbeat_timeout: duration("heartbeat.timeout", HEARTBEAT_TIMEOUT)?,
         slot_timeout: duration("slot.request.timeout", Duration::from_secs(300))?,
         min_task_managers: args.wait_for_task_managers,
         standby: false,
@@ -242,6 +248,14 @@ pub fn task_manager(args: TaskManagerArgs, find: FindJob) -> Result<(), CliError
         Err(_) => IpAddr::from([0, 0, 0, 0]),
     };
     let data_bind = SocketAddr::new(ip, args.data_port);
+    // Bad options are refused now, not when the job manager sends the job.
+    let config = options_of(&args.define)?;
+    let heartbeat_timeout = config
+        .get_duration("heartbeat.timeout")?
+        .unwrap_or(HEARTBEAT_TIMEOUT);
+    if heartbeat_timeout.is_zero() {
+        return Err(CliError::usage("heartbeat.timeout must be above 0"));
+    }
     let options = TaskManagerOptions {
         job_manager: args.jobmanager.clone(),
         id: args.id.clone().unwrap_or_default(),
@@ -249,9 +263,9 @@ pub fn task_manager(args: TaskManagerArgs, find: FindJob) -> Result<(), CliError
         data_bind,
         data_host: args.host.clone(),
         connect_timeout: args.connect_timeout,
-        // Bad options are refused now, not when the job manager sends the job.
-        secret: cluster_secret(&options_of(&args.define)?)?,
-        tls: cluster_tls(&options_of(&args.define)?)?,
+        heartbeat_timeout,
+        secret: cluster_secret(&config)?,
+        tls: cluster_tls(&config)?,
     };
     let defines = job_defines(&args.define);
     let build = move |job: &[String]| {

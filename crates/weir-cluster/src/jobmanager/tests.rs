@@ -134,6 +134,7 @@ fn a_task_manager_with_a_wrong_secret_stops_at_once_and_says_why() {
         data_bind: "127.0.0.1:0".parse().unwrap(),
         data_host: "127.0.0.1".into(),
         connect_timeout: Duration::from_secs(60),
+        heartbeat_timeout: Duration::from_secs(10),
         secret: Some(secret("somebody else's secret")),
         tls: None,
     };
@@ -266,6 +267,7 @@ fn refused_task_manager(jm: &JobManager, job_manager: String, tls: ClusterTls) -
         data_bind: "127.0.0.1:0".parse().unwrap(),
         data_host: "127.0.0.1".into(),
         connect_timeout: Duration::from_secs(60),
+        heartbeat_timeout: Duration::from_secs(10),
         secret: None,
         tls: Some(tls),
     };

@@ -9,6 +9,8 @@ mod demo;
 mod kafka_wordcount;
 mod kill_and_resume;
 mod local_recovery;
+mod netns;
+mod partitions;
 mod pg_replicate;
 mod restore_matrix;
 mod soak;

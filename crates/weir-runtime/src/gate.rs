@@ -49,22 +49,16 @@ pub enum GateEvent<T> {
     /// A barrier arrived on every live channel: snapshot now, then forward it.
     Aligned {
         barrier: Barrier,
-        alignment_ms: u64,
-        start_delay_ms: u64,
-        /// Records handed on from the channels still ahead of the barrier while aligning.
-        processed_records: u64,
+        stats: AlignmentStats,
     },
     /// An unaligned checkpoint's barrier reached the subtask: snapshot now and forward it.
     /// `channels` is the channel state — what the input channels held ahead of the barrier,
     /// encoded — which the gate hands to the operator next, before anything newer.
     Unaligned {
         barrier: Barrier,
-        /// From the barrier's first arrival to the last channel's part captured.
-        alignment_ms: u64,
-        start_delay_ms: u64,
-        /// Records handed on while the checkpoint was aligned, before it turned unaligned
-        /// (a barrier aligned with a timeout).
-        processed_records: u64,
+        /// Its alignment time runs from the barrier's first arrival to the last channel's
+        /// part captured.
+        stats: AlignmentStats,
         channels: Vec<u8>,
     },
     Control(TaskControl),
@@ -72,6 +66,18 @@ pub enum GateEvent<T> {
     EndOfInput,
     /// The deadline passed with nothing to read.
     Timeout,
+}
+
+/// How a subtask came to its snapshot, as the checkpoint's statistics report it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AlignmentStats {
+    /// From the barrier's first arrival to the snapshot.
+    pub alignment_ms: u64,
+    /// From the checkpoint's trigger to the barrier's first arrival.
+    pub start_delay_ms: u64,
+    /// Records handed on while the checkpoint was aligned: from the channels still ahead of
+    /// the barrier (and before a barrier aligned with a timeout turned unaligned).
+    pub processed_records: u64,
 }
 
 struct Alignment {
@@ -445,9 +451,11 @@ impl<T> InputGate<T> {
         };
         Ok(GateEvent::Unaligned {
             barrier,
-            alignment_ms: first_arrival.elapsed().as_millis() as u64,
-            start_delay_ms,
-            processed_records,
+            stats: AlignmentStats {
+                alignment_ms: first_arrival.elapsed().as_millis() as u64,
+                start_delay_ms,
+                processed_records,
+            },
             channels,
         })
     }
@@ -694,9 +702,11 @@ impl<T> InputGate<T> {
         self.reset_alignment();
         Some(GateEvent::Aligned {
             barrier: a.barrier,
-            alignment_ms: a.first_arrival.elapsed().as_millis() as u64,
-            start_delay_ms: a.start_delay_ms,
-            processed_records: a.processed_records,
+            stats: AlignmentStats {
+                alignment_ms: a.first_arrival.elapsed().as_millis() as u64,
+                start_delay_ms: a.start_delay_ms,
+                processed_records: a.processed_records,
+            },
         })
     }
 
@@ -985,11 +995,7 @@ mod tests {
         let (barrier, processed) = loop {
             match gate.next(None).unwrap() {
                 GateEvent::Records(r) => seen.extend(r),
-                GateEvent::Aligned {
-                    barrier,
-                    processed_records,
-                    ..
-                } => break (barrier, processed_records),
+                GateEvent::Aligned { barrier, stats } => break (barrier, stats.processed_records),
                 other => panic!("unexpected {other:?}"),
             }
         };
@@ -1015,9 +1021,7 @@ mod tests {
         let processed = loop {
             match gate.next(None).unwrap() {
                 GateEvent::Records(_) => {}
-                GateEvent::Aligned {
-                    processed_records, ..
-                } => break processed_records,
+                GateEvent::Aligned { stats, .. } => break stats.processed_records,
                 other => panic!("unexpected {other:?}"),
             }
         };
@@ -1086,14 +1090,13 @@ mod tests {
         let GateEvent::Unaligned {
             barrier,
             channels,
-            processed_records,
-            ..
+            stats,
         } = event
         else {
             panic!("expected the alignment to turn unaligned, got {event:?}");
         };
         // Record 10 came while aligning only if channel 0's barrier was read before it.
-        assert!(processed_records <= 1, "{processed_records}");
+        assert!(stats.processed_records <= 1, "{stats:?}");
         assert!(started.elapsed() >= std::time::Duration::from_millis(250));
         assert_eq!(barrier.id, CheckpointId(1));
         let state = codec.decode(&channels).unwrap();

@@ -11,7 +11,7 @@ use weir_core::{Barrier, CheckpointId, CheckpointingMode, SubtaskId, WatermarkSt
 use crate::control::Drain;
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::error::TaskError;
-use crate::gate::{GateEvent, InputGate};
+use crate::gate::{AlignmentStats, GateEvent, InputGate};
 use crate::metrics::SubtaskMetrics;
 use crate::operator::SourceEventTime;
 use crate::operator::{
@@ -83,15 +83,30 @@ impl TaskRuntime {
         });
     }
 
+    /// Snapshots `op` for `barrier` — with `channels`, the channel state of an unaligned
+    /// checkpoint — and hands the snapshot to the async workers.
+    fn snapshot<I, O>(
+        &mut self,
+        op: &mut impl OneInputOperator<I, O>,
+        barrier: Barrier,
+        channels: Option<Vec<u8>>,
+        stats: AlignmentStats,
+    ) {
+        let sync_start = Instant::now();
+        let snapshot = op.snapshot(barrier.id).map(|mut s| {
+            s.channels = channels;
+            s
+        });
+        self.submit(barrier, snapshot, sync_start, stats);
+    }
+
     /// Hands the synchronous snapshot to the async workers, or declines if it failed.
     fn submit(
         &mut self,
         barrier: Barrier,
         snapshot: Result<OperatorSnapshot, TaskError>,
         sync_start: Instant,
-        alignment_ms: u64,
-        start_delay_ms: u64,
-        processed_records: u64,
+        stats: AlignmentStats,
     ) {
         let message = match snapshot {
             Ok(snapshot) => {
@@ -104,9 +119,9 @@ impl TaskRuntime {
                     snapshot,
                     key_groups: self.ctx.key_groups,
                     sync_ms: sync_start.elapsed().as_millis() as u64,
-                    alignment_ms,
-                    start_delay_ms,
-                    processed_records,
+                    alignment_ms: stats.alignment_ms,
+                    start_delay_ms: stats.start_delay_ms,
+                    processed_records: stats.processed_records,
                     started: sync_start,
                     done: self.snapshot_done.0.clone(),
                 };
@@ -222,44 +237,16 @@ where
                 }
             }
             GateEvent::WatermarkStatus(status) => out.emit_watermark_status(status)?,
-            GateEvent::Aligned {
-                barrier,
-                alignment_ms,
-                start_delay_ms,
-                processed_records,
-            } => {
-                let sync_start = Instant::now();
-                let snapshot = op.snapshot(barrier.id);
-                rt.submit(
-                    barrier,
-                    snapshot,
-                    sync_start,
-                    alignment_ms,
-                    start_delay_ms,
-                    processed_records,
-                );
+            GateEvent::Aligned { barrier, stats } => {
+                rt.snapshot(&mut op, barrier, None, stats);
                 out.barrier(barrier)?;
             }
             GateEvent::Unaligned {
                 barrier,
-                alignment_ms,
-                start_delay_ms,
-                processed_records,
+                stats,
                 channels,
             } => {
-                let sync_start = Instant::now();
-                let snapshot = op.snapshot(barrier.id).map(|mut s| {
-                    s.channels = Some(channels);
-                    s
-                });
-                rt.submit(
-                    barrier,
-                    snapshot,
-                    sync_start,
-                    alignment_ms,
-                    start_delay_ms,
-                    processed_records,
-                );
+                rt.snapshot(&mut op, barrier, Some(channels), stats);
                 rt.forward_barrier(barrier, &mut out)?;
             }
             GateEvent::Control(TaskControl::NotifyComplete(id)) => op.notify_complete(id)?,
@@ -524,7 +511,11 @@ where
             let sync_start = Instant::now();
             source.snapshot_started(barrier.id);
             let snapshot = source_snapshot(source);
-            rt.submit(barrier, snapshot, sync_start, 0, start_delay(barrier), 0);
+            let stats = AlignmentStats {
+                start_delay_ms: start_delay(barrier),
+                ..AlignmentStats::default()
+            };
+            rt.submit(barrier, snapshot, sync_start, stats);
             if finish.is_some() {
                 Next::Finish
             } else {

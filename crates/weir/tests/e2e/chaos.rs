@@ -123,41 +123,20 @@ fn windows_under_back_pressure_with_unaligned_checkpoints_killed_and_resumed_com
     for run in 0..2u64 {
         let dir = tempfile::tempdir().unwrap();
         let seed = 7 + run;
-        let mut resume: &[&str] = &[];
-        for round in 0.. {
-            assert!(round < 30, "run {run} never finished");
+        kills += kill_and_resume(run, (300, 1500), |resume| {
             let mut cmd = weir();
             cmd.current_dir(dir.path())
                 .args(["run", "spend-windows", "--output", "output"])
                 .args(["--checkpoint-dir", "checkpoints", "--parallelism", "2"])
                 .args(["--checkpoint-interval", "50ms", "--no-rest"])
                 .args(["--events", &PER_SPLIT.to_string(), "--users", "300"])
-                .args([
-                    "--window",
-                    &WINDOW_MS.to_string(),
-                    "--seed",
-                    &seed.to_string(),
-                ])
+                .args(["--window", &WINDOW_MS.to_string()])
+                .args(["--seed", &seed.to_string()])
                 .args(["--rate", "100000", "--slow-sink", "300us"])
                 .args(["-D", "execution.checkpointing.unaligned.enabled=true"])
-                .args(resume)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null());
-            let mut child = cmd.spawn().unwrap();
-            if round < 3 {
-                std::thread::sleep(Duration::from_millis(300 + random_below(1500)));
-                if child.try_wait().unwrap().is_none() {
-                    child.kill().unwrap(); // SIGKILL
-                    child.wait().unwrap();
-                    kills += 1;
-                    resume = &["--resume"];
-                    continue;
-                }
-            }
-            let status = child.wait().unwrap();
-            assert!(status.success(), "run {run} round {round} failed");
-            break;
-        }
+                .args(resume);
+            cmd
+        });
         assert_windows_exactly_once(
             &dir.path().join("output"),
             &weir_connectors::EventGenerator::new(seed, 300),
@@ -172,6 +151,41 @@ fn windows_under_back_pressure_with_unaligned_checkpoints_killed_and_resumed_com
     );
 }
 
+/// Runs the job `command` makes (given `--resume` after the first round) in rounds: each of
+/// the first three is killed with SIGKILL at a random moment `kill_after` (a range of
+/// milliseconds) after its start, if still running, and the next resumes; the last must end
+/// well. Returns the number of kills.
+fn kill_and_resume(
+    run: u64,
+    (from, span): (u64, u64),
+    command: impl Fn(&[&str]) -> std::process::Command,
+) -> u64 {
+    let mut kills = 0;
+    let mut resume: &[&str] = &[];
+    for round in 0.. {
+        assert!(round < 30, "run {run} never finished");
+        let mut child = command(resume)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        if round < 3 {
+            std::thread::sleep(Duration::from_millis(from + random_below(span)));
+            if child.try_wait().unwrap().is_none() {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                kills += 1;
+                resume = &["--resume"];
+                continue;
+            }
+        }
+        let status = child.wait().unwrap();
+        assert!(status.success(), "run {run} round {round} failed");
+        break;
+    }
+    kills
+}
+
 /// Files and lines per file of the input of the SIGKILL tests: large enough that a run has not
 /// ended when the kills land.
 const LARGE_INPUT: (usize, usize) = (20, 12_000);
@@ -183,41 +197,17 @@ fn killed_and_resumed(runs: u64, extra: &[&str], (files, lines): (usize, usize))
     for run in 0..runs {
         let dir = tempfile::tempdir().unwrap();
         let input = write_text_input(dir.path(), 2000 + run, files, lines);
-        let mut resume: &[&str] = &[];
-        for round in 0.. {
-            assert!(round < 30, "run {run} never finished");
+        kills += kill_and_resume(run, (100, 600), |resume| {
             let mut cmd = weir();
             cmd.current_dir(dir.path())
                 .args(["run", "wordcount", "--input"])
                 .arg(&input)
-                .args([
-                    "--output",
-                    "output",
-                    "--checkpoint-dir",
-                    "checkpoints",
-                    "--parallelism",
-                    "2",
-                ])
-                .args(["--checkpoint-interval", "50ms"])
+                .args(["--output", "output", "--checkpoint-dir", "checkpoints"])
+                .args(["--parallelism", "2", "--checkpoint-interval", "50ms"])
                 .args(extra)
-                .args(resume)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null());
-            let mut child = cmd.spawn().unwrap();
-            if round < 3 {
-                std::thread::sleep(Duration::from_millis(100 + random_below(600)));
-                if child.try_wait().unwrap().is_none() {
-                    child.kill().unwrap(); // SIGKILL
-                    child.wait().unwrap();
-                    kills += 1;
-                    resume = &["--resume"];
-                    continue;
-                }
-            }
-            let status = child.wait().unwrap();
-            assert!(status.success(), "run {run} round {round} failed");
-            break;
-        }
+                .args(resume);
+            cmd
+        });
         assert_exactly_once(&input, &dir.path().join("output"));
     }
     assert!(

@@ -291,7 +291,10 @@ async fn contend(
     let lock = tokio::select! {
         lock = client.lock(prefix, shared.contender.as_bytes(), options) => lock.map_err(refused)?,
         _ = session_ended(&mut session) => return Ok(Ended::Lost),
-        _ = stop.changed() => return Ok(Ended::Stopped),
+        _ = stop.changed() => {
+            withdraw(&client, &dir, zk.operation_timeout()).await;
+            return Ok(Ended::Stopped);
+        }
         _ = closed.changed() => return Ok(Ended::Stopped),
     };
     let lock = lock.into_owned();
@@ -361,6 +364,30 @@ async fn contend(
             }
         }
     }
+}
+
+/// Deletes the contender znodes this session holds in `dir` (the election's queue), after a
+/// join given up midway. The client deletes an abandoned znode in the background, but not in
+/// every case (one given up while being created can be missed), and a znode of a live session
+/// left in the queue would hold a place ahead of every later join, which would then never lead.
+// Invariant: only one election of a job contends per session at a time (a job manager closes
+// one before it starts the next), so every znode of this session in the queue is this one's.
+async fn withdraw(client: &zk::Client, dir: &str, timeout: Duration) {
+    let session = client.session_id().0;
+    let work = async {
+        let Ok(children) = client.list_children(dir).await else {
+            return;
+        };
+        for child in children {
+            let path = format!("{dir}/{child}");
+            if let Ok(Some(stat)) = client.check_stat(&path).await {
+                if stat.ephemeral_owner == session {
+                    let _ = client.delete(&path, None).await;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, work).await;
 }
 
 /// Resolves when the session ends for good (expired, closed, failed authentication).

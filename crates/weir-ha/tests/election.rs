@@ -187,3 +187,29 @@ fn a_leader_that_resigned_is_fenced_even_though_its_session_lives_on() {
         .unwrap()
         .is_none());
 }
+
+/// A standby that resigns while it waits — many times, some of them while its znode is being
+/// created — leaves nothing in the queue: a contender joining again in the same session leads
+/// as soon as the leader resigns.
+#[test]
+fn a_standby_that_resigns_while_waiting_and_joins_again_in_the_same_session_leads_next() {
+    let znodes = job_znodes("election-rejoin");
+    let (jm1, jm2) = (connect(SESSION), connect(SESSION));
+    let (election1, token1) = leader(&jm1, &znodes, "jm1:6123");
+    for round in 0..30u64 {
+        let standby = LeaderElection::start(&jm2, &znodes, "jm2:6123");
+        std::thread::sleep(Duration::from_millis(round % 10));
+        standby.close();
+    }
+    let election2 = LeaderElection::start(&jm2, &znodes, "jm2:6123");
+    let events2 = election2.subscribe();
+    assert!(events2.recv_timeout(Duration::from_millis(300)).is_err());
+    election1.close();
+    match events2.recv_timeout(PROMPTLY) {
+        Ok(LeadershipEvent::Granted(token2)) => {
+            assert!(token2.epoch > token1.epoch, "{token2} after {token1}")
+        }
+        other => panic!("the contender that joined again was not granted leadership: {other:?}"),
+    }
+    election2.close();
+}

@@ -39,16 +39,17 @@ const INJECT: &str = "lines,words,counts,output:0.02";
 
 #[test]
 fn twenty_runs_with_injected_subtask_failures_commit_every_count_exactly_once() {
-    with_injected_failures(20, 1000, &[]);
+    with_injected_failures(20, 1000, &[], 1500, 20);
 }
 
-/// `runs` runs of wordcount with failures injected, with `extra` arguments (input seeds from
-/// `seed`): every count must be committed exactly once, and failures must have struck.
-fn with_injected_failures(runs: u64, seed: u64, extra: &[&str]) {
+/// `runs` runs of wordcount with failures injected, with `extra` arguments (input: three files
+/// of `lines` lines, seeds from `seed`): every count must be committed exactly once, and at
+/// least `failures` failures must have struck.
+fn with_injected_failures(runs: u64, seed: u64, extra: &[&str], lines: usize, failures: u64) {
     let mut total_restarts = 0;
     for run in 0..runs {
         let dir = tempfile::tempdir().unwrap();
-        let input = write_text_input(dir.path(), seed + run, 3, 1500);
+        let input = write_text_input(dir.path(), seed + run, 3, lines);
         let out = wordcount(dir.path(), &input, extra, Some(INJECT));
         let stdout = text(&out.stdout);
         assert!(
@@ -60,7 +61,7 @@ fn with_injected_failures(runs: u64, seed: u64, extra: &[&str]) {
         assert_exactly_once(&input, &dir.path().join("output"));
     }
     assert!(
-        total_restarts >= runs,
+        total_restarts >= failures,
         "only {total_restarts} injected failures over {runs} runs"
     );
 }
@@ -75,7 +76,7 @@ fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
 #[test]
 fn with_unaligned_checkpoints_injected_failures_and_sigkills_commit_every_count_exactly_once() {
     const UNALIGNED: [&str; 2] = ["-D", "execution.checkpointing.unaligned.enabled=true"];
-    with_injected_failures(5, 4000, &UNALIGNED);
+    with_injected_failures(5, 4000, &UNALIGNED, 1500, 5);
     killed_and_resumed(2, &UNALIGNED, LARGE_INPUT);
 }
 
@@ -90,7 +91,7 @@ fn with_an_aligned_checkpoint_timeout_injected_failures_and_sigkills_commit_ever
         "-D",
         "execution.checkpointing.aligned-checkpoint-timeout=2ms",
     ];
-    with_injected_failures(5, 5000, &TIMEOUT);
+    with_injected_failures(5, 5000, &TIMEOUT, 1500, 5);
     killed_and_resumed(2, &TIMEOUT, LARGE_INPUT);
 }
 
@@ -106,9 +107,12 @@ fn under_back_pressure_with_unaligned_checkpoints_injected_failures_and_sigkills
         "--slow-sink",
         "20us",
     ];
-    with_injected_failures(3, 6000, &SLOW);
-    // About 48,000 counts: a run takes seconds, and the kills land before its end.
-    killed_and_resumed(2, &SLOW, (4, 2000));
+    // Input enough that the sources are still reading when checkpoints start (a smaller one
+    // fits in the channels at once: the sources end, and the job's final checkpoint, always
+    // aligned, drains the rest): 144,000 counts, a run takes about ten seconds, and the kills
+    // land long before its end.
+    with_injected_failures(2, 6000, &SLOW, 8000, 2);
+    killed_and_resumed(2, &SLOW, (3, 8000));
 }
 
 /// Keyed event-time windows under back-pressure (each window result held 300 µs before the

@@ -76,7 +76,7 @@ fn five_runs_killed_with_sigkill_and_resumed_commit_every_count_exactly_once() {
 #[test]
 fn with_unaligned_checkpoints_injected_failures_and_sigkills_commit_every_count_exactly_once() {
     const UNALIGNED: [&str; 2] = ["-D", "execution.checkpointing.unaligned.enabled=true"];
-    with_injected_failures(5, 4000, &UNALIGNED, 1500, 5);
+    with_injected_failures(5, 4000, &UNALIGNED, 4000, 5);
     killed_and_resumed(2, &UNALIGNED, LARGE_INPUT);
 }
 
@@ -91,7 +91,7 @@ fn with_an_aligned_checkpoint_timeout_injected_failures_and_sigkills_commit_ever
         "-D",
         "execution.checkpointing.aligned-checkpoint-timeout=2ms",
     ];
-    with_injected_failures(5, 5000, &TIMEOUT, 1500, 5);
+    with_injected_failures(5, 5000, &TIMEOUT, 4000, 5);
     killed_and_resumed(2, &TIMEOUT, LARGE_INPUT);
 }
 

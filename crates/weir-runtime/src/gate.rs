@@ -304,7 +304,7 @@ impl<T> InputGate<T> {
             self.next = (i + 1) % n.max(1);
             if from_channel {
                 if let Some(Some(credit)) = self.credits.get(i) {
-                    credit.taken();
+                    credit.taken(self.channels[i].len());
                 }
             }
             let event = self.on_element(i, element);
@@ -416,7 +416,7 @@ impl<T> InputGate<T> {
                 .recv(&self.channels[i])
                 .map_err(|_| TaskError::ChannelClosed)?;
             if let Some(Some(credit)) = self.credits.get(i) {
-                credit.taken();
+                credit.taken(self.channels[i].len());
             }
             match element {
                 Element::Barrier(b) if b.id == barrier.id => waiting[i] = false,
@@ -1287,7 +1287,7 @@ mod tests {
     }
 
     impl crate::remote::ConsumerCredits for RemoteCredits {
-        fn taken(&self) {
+        fn taken(&self, _still_queued: usize) {
             self.taken
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -1336,16 +1336,23 @@ mod tests {
         assert_eq!(count(&credits.taken), 5);
     }
 
-    /// A producer across the network: it waits for a credit before each send.
+    /// A producer across the network: it waits for a credit before each send. Its consumer
+    /// returns credits as late as the contract allows: only once it finds the queue empty.
     struct WaitingProducer {
         available: std::sync::Mutex<usize>,
         granted: std::sync::Condvar,
+        owed: std::sync::atomic::AtomicUsize,
     }
 
     impl crate::remote::ConsumerCredits for WaitingProducer {
-        fn taken(&self) {
-            *self.available.lock().unwrap() += 1;
-            self.granted.notify_all();
+        fn taken(&self, still_queued: usize) {
+            use std::sync::atomic::Ordering::Relaxed;
+            let owed = self.owed.fetch_add(1, Relaxed) + 1;
+            if still_queued == 0 {
+                self.owed.fetch_sub(owed, Relaxed);
+                *self.available.lock().unwrap() += owed;
+                self.granted.notify_all();
+            }
         }
         fn held(&self, _: usize) {}
     }
@@ -1360,6 +1367,7 @@ mod tests {
         let credits = std::sync::Arc::new(WaitingProducer {
             available: std::sync::Mutex::new(2),
             granted: std::sync::Condvar::new(),
+            owed: Default::default(),
         });
         let producer = {
             let credits = credits.clone();

@@ -49,6 +49,7 @@ pub(crate) mod task;
 pub mod timer_service;
 pub mod watermark;
 pub(crate) mod watermark_valve;
+pub mod wire_format;
 
 pub use config::{ClaimMode, ExecutionConfig, StartMode};
 pub use control::Drain;

@@ -3,14 +3,16 @@
 //! A job graph's edges know their record type; the transport between processes knows bytes.
 //! This module is where the two meet: a [`Network`] (the cluster's data plane) moves frames
 //! with credit-based flow control, and each edge's channel factory (in the job graph) turns a
-//! frame writer into a typed [`ChannelSink`] (encoding one [`Element`] per frame with postcard)
+//! frame writer into a typed [`ChannelSink`] (encoding one [`Element`] per frame in the
+//! [`wire_format`](crate::wire_format))
 //! and a typed receiver into a frame decoder. Records still move in batches: one frame is one
 //! batch, a barrier or a watermark.
 //!
 //! Flow control: the consumer's queue of a remote channel holds `capacity` elements, and the
 //! producer may only send as many frames as the consumer granted credits. The consumer's gate
-//! returns a credit each time it takes an element out of the queue ([`ConsumerCredits::taken`]),
-//! so a full queue stops its producer across the network, as a full in-process queue does, and
+//! earns a credit each time it takes an element out of the queue ([`ConsumerCredits::taken`];
+//! they go back a few at a time, all of them by the time the queue is empty), so a full queue
+//! stops its producer across the network, as a full in-process queue does, and
 //! a barrier never waits behind more than `capacity` batches.
 //!
 //! Unaligned checkpoints work across processes as they do in one. A barrier that overtakes the
@@ -57,7 +59,7 @@ pub trait FrameWriter: Send {
     /// sends `frame`: [`FRAME_HEADER`] bytes for the writer to fill, then the payload. Fails
     /// once the connection is gone or the attempt was cancelled.
     fn write(&mut self, frame: Vec<u8>) -> Result<(), TaskError>;
-    /// Sends `frame` (laid out as for [`write`](Self::write), its payload a postcard
+    /// Sends `frame` (laid out as for [`write`](Self::write), its payload an encoded
     /// [`Barrier`]) as a priority frame: at once, spending no credit, ahead of every frame
     /// still waiting for one. A channel whose connection is not up yet has carried nothing for
     /// the barrier to overtake: the frame is then dropped, and the barrier follows in-band.
@@ -75,8 +77,11 @@ pub type FrameDecoder = Box<dyn FnMut(&[u8]) -> Result<(), String> + Send>;
 /// The consumer's side of a remote channel's flow control, driven by its gate.
 pub trait ConsumerCredits: Send + Sync {
     /// The gate took one element out of the channel's queue — to hand it on, or to capture it
-    /// as channel state: the producer gets one more credit.
-    fn taken(&self);
+    /// as channel state — and `still_queued` elements are left in it: the producer gets one
+    /// more credit. Credits may go back a few at a time (one frame for several), but never
+    /// later than when the queue is found empty: a consumer that waits for a channel has
+    /// returned every credit of it, so its producer is never held back by credits owed.
+    fn taken(&self, still_queued: usize);
     /// The gate now holds back `elements` of the channel's elements in its replay queue
     /// (captured by an unaligned checkpoint, or restored from one); the producer counts them
     /// against the channel's capacity when it asks for room.
@@ -169,7 +174,7 @@ impl<T: Data> ChannelSink<T> for RemoteSink<T> {
         use std::sync::atomic::Ordering::Relaxed;
         let mut frame = Vec::with_capacity(self.largest_frame.load(Relaxed).max(64));
         frame.resize(FRAME_HEADER, 0);
-        weir_state::append_postcard(&element, &mut frame).map_err(|e| {
+        crate::wire_format::encode_into(&element, &mut frame).map_err(|e| {
             TaskError::user(format!("cannot serialise a batch for the network: {e}"))
         })?;
         self.largest_frame.fetch_max(frame.len(), Relaxed);
@@ -182,7 +187,7 @@ impl<T: Data> ChannelSink<T> for RemoteSink<T> {
 
     fn announce(&self, barrier: Barrier) -> Result<(), TaskError> {
         let mut frame = vec![0u8; FRAME_HEADER];
-        weir_state::append_postcard(&barrier, &mut frame).map_err(|e| {
+        crate::wire_format::encode_into(&barrier, &mut frame).map_err(|e| {
             TaskError::user(format!("cannot serialise a barrier for the network: {e}"))
         })?;
         self.writer()?.write_priority(frame)
@@ -207,7 +212,7 @@ pub fn remote_receiver<T: Data, U: Send + 'static>(
 ) -> (crossbeam_channel::Receiver<Element<U>>, FrameDecoder) {
     let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
     let decoder = move |frame: &[u8]| -> Result<(), String> {
-        let element: Element<T> = postcard::from_bytes(frame)
+        let element: Element<T> = crate::wire_format::decode(frame)
             .map_err(|e| format!("a frame of {} bytes does not decode: {e}", frame.len()))?;
         let element = match element {
             Element::Records(batch) => Element::Records(batch.into_iter().map(wrap).collect()),
@@ -237,7 +242,7 @@ fn deliver<U>(tx: &Sender<Element<U>>, element: Element<U>) -> Result<(), String
 /// [`TaskControl::PriorityBarrier`], as an upstream subtask in the same process sends it.
 pub fn priority_receiver(control: Sender<TaskControl>) -> FrameDecoder {
     Box::new(move |frame: &[u8]| {
-        let barrier: Barrier = postcard::from_bytes(frame).map_err(|e| {
+        let barrier: Barrier = crate::wire_format::decode(frame).map_err(|e| {
             format!(
                 "a priority frame of {} bytes is not a barrier: {e}",
                 frame.len()
@@ -294,6 +299,12 @@ mod tests {
         }
     }
 
+    fn wire<T: Serialize>(value: &T) -> Vec<u8> {
+        let mut out = Vec::new();
+        crate::wire_format::encode_into(value, &mut out).unwrap();
+        out
+    }
+
     fn checkpoint(id: u64, alignment: weir_core::BarrierAlignment) -> Barrier {
         Barrier {
             id: CheckpointId(id),
@@ -332,7 +343,7 @@ mod tests {
         let (_rx, mut decode) = remote_receiver::<u64, u64>(1, same);
         let err = decode(&[0xff, 0xff, 0xff]).unwrap_err();
         assert!(err.contains("does not decode"), "{err}");
-        let frame = postcard::to_allocvec(&Element::<u64>::Records(vec![1])).unwrap();
+        let frame = wire(&Element::<u64>::Records(vec![1]));
         decode(&frame).unwrap();
         let err = decode(&frame).unwrap_err();
         assert!(err.contains("credits"), "{err}");
@@ -364,7 +375,7 @@ mod tests {
         let err = decode(&[0xff, 0xff]).unwrap_err();
         assert!(err.contains("not a barrier"), "{err}");
         let aligned = checkpoint(4, weir_core::BarrierAlignment::Aligned);
-        let err = decode(&postcard::to_allocvec(&aligned).unwrap()).unwrap_err();
+        let err = decode(&wire(&aligned)).unwrap_err();
         assert!(err.contains("does not overtake"), "{err}");
         assert!(controls.try_recv().is_err());
     }

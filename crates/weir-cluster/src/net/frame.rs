@@ -5,7 +5,7 @@ use std::io::Read;
 use weir_runtime::remote::{ChannelKey, FRAME_HEADER};
 
 const MAGIC: &[u8; 4] = b"WEIR";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// A frame of records (or a barrier, a watermark, the end of input), producer to consumer.
 pub(super) const DATA: u8 = 1;
 /// Credits for a channel, consumer to producer.

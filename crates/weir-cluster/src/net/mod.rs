@@ -4,10 +4,11 @@
 //! Each task manager listens on one data port. For each attempt of the job, a task manager
 //! that produces into subtasks of another opens one connection to it and multiplexes every
 //! channel between the two over it. A frame is a header (type, channel, length) and a payload:
-//! one postcard-encoded element — a batch, a watermark, a barrier, the end of input.
+//! one element in `weir_runtime::wire_format` — a batch, a watermark, a barrier, the end of input.
 //!
 //! Credits: the consumer grants each channel as many credits as its queue holds, and one more
-//! each time its gate takes an element out of the queue; the producer spends one per frame and
+//! for each element its gate takes out of the queue — a few at a time in one credit frame, but
+//! all of them by the time the gate finds the queue empty; the producer spends one per frame and
 //! waits when it has none. Back-pressure thus crosses the network per channel — a slow
 //! consumer holds back only the channels into it, never the connection — and a barrier waits
 //! behind at most a queue's worth of batches.
@@ -37,12 +38,12 @@
 //!   `u32`, payload length `u32`, payload;
 //! - credit, consumer → producer: type `2`, edge, producer index, consumer index, credits `u32`;
 //! - priority, producer → consumer: type `3`, edge, producer index, consumer index, payload
-//!   length `u32`, payload: a postcard barrier announced ahead of the data (spends no credit);
+//!   length `u32`, payload: an encoded barrier announced ahead of the data (spends no credit);
 //! - held, consumer → producer: type `4`, edge, producer index, consumer index, the number of
 //!   the channel's elements the consumer holds back `u32`.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
@@ -275,10 +276,16 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
                 "task manager {producer_tm} sent a malformed frame (type {kind}, {len} bytes)"
             )));
         }
-        payload.resize(len as usize, 0);
-        reader
-            .read_exact(&mut payload)
-            .map_err(|e| InboundEnd::Io(format!("reading a frame from {producer_tm}: {e}")))?;
+        let len = len as usize;
+        // A frame already whole in the read buffer (most are: it takes up to 256 KiB from the
+        // socket at a time) is decoded where it lies; only one split across reads is copied.
+        let in_buffer = reader.buffer().len() >= len;
+        if !in_buffer {
+            payload.resize(len, 0);
+            reader
+                .read_exact(&mut payload)
+                .map_err(|e| InboundEnd::Io(format!("reading a frame from {producer_tm}: {e}")))?;
+        }
         if net.closed.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -288,6 +295,9 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
                 // No credit held it back: it may come while this side still deploys. The
                 // barrier follows in-band, and starts the capture there.
                 tracing::debug!(?key, "a priority frame for a channel not deployed yet");
+                if in_buffer {
+                    reader.consume(len);
+                }
                 continue;
             }
             return Err(InboundEnd::Protocol(format!(
@@ -298,7 +308,14 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
             PRIORITY => &mut channel.priority,
             _ => &mut channel.data,
         };
-        if let Err(e) = decode(&payload) {
+        let decoded = if in_buffer {
+            let decoded = decode(&reader.buffer()[..len]);
+            reader.consume(len);
+            decoded
+        } else {
+            decode(&payload)
+        };
+        if let Err(e) = decoded {
             return Err(InboundEnd::Protocol(format!(
                 "channel {key:?} from {producer_tm}: {e}"
             )));
@@ -358,6 +375,9 @@ struct Inbound {
     conn: OnceLock<Arc<Mutex<DataWriter>>>,
     /// The last held count the producer was told (none yet: it assumes 0).
     told_held: Mutex<u32>,
+    /// Credits earned by elements the gate took and not sent yet: they go back in one frame
+    /// once there are [`Inbound::credit_batch`] of them, or when the gate empties the queue.
+    owed: AtomicU32,
 }
 
 impl Inbound {
@@ -380,9 +400,26 @@ impl Inbound {
     }
 }
 
+impl Inbound {
+    /// How many credits go back in one frame while the consumer's queue still holds elements:
+    /// half the queue, so that the producer always has the other half to fill meanwhile. One
+    /// frame per element took a system call and a wake-up of the producer's task manager per
+    /// batch.
+    fn credit_batch(&self) -> u32 {
+        (self.capacity / 2).max(1)
+    }
+}
+
 impl ConsumerCredits for Inbound {
-    fn taken(&self) {
-        self.grant(1);
+    fn taken(&self, still_queued: usize) {
+        // Only the gate's thread calls this.
+        let owed = self.owed.load(Ordering::Relaxed) + 1;
+        if still_queued > 0 && owed < self.credit_batch() {
+            self.owed.store(owed, Ordering::Relaxed);
+            return;
+        }
+        self.owed.store(0, Ordering::Relaxed);
+        self.grant(owed);
     }
 
     fn held(&self, elements: usize) {
@@ -746,6 +783,7 @@ impl Network for AttemptNet {
             capacity: capacity as u32,
             conn: OnceLock::new(),
             told_held: Mutex::new(0),
+            owed: AtomicU32::new(0),
         });
         self.inbound
             .lock()

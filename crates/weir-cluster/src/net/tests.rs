@@ -100,7 +100,7 @@ fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
     // The consumer takes one batch and returns its credit: the third goes through.
     let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(matches!(first, Element::Records(b) if b == vec![1, 2]));
-    credit.taken();
+    credit.taken(0);
     third
         .recv_timeout(Duration::from_secs(10))
         .unwrap()
@@ -159,7 +159,7 @@ fn an_announced_barrier_overtakes_the_batches_queued_at_the_consumer_without_a_c
     assert_eq!(rx.len(), 2, "the batches are still queued behind it");
     // The barrier itself follows the batches in-band, with a credit.
     assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![1]));
-    credit.taken();
+    credit.taken(0);
     sink.send(Element::Barrier(unaligned_barrier(5))).unwrap();
     assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![2]));
     assert!(matches!(
@@ -183,7 +183,7 @@ fn elements_the_consumer_holds_back_count_against_the_producers_credits_when_it_
     // back, as an unaligned checkpoint's capture does: two credits, two elements held.
     assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![1]));
     credit.held(1);
-    credit.taken();
+    credit.taken(0);
     credit.held(2);
     eventually("no room while the consumer holds back two", || {
         !sink.has_room()
@@ -204,7 +204,7 @@ fn a_priority_frame_for_a_channel_not_deployed_yet_is_dropped_and_the_connection
         .unwrap();
     let mut raw = TcpStream::connect(b.address()).unwrap();
     let elsewhere = ChannelKey { edge: 9, ..KEY };
-    let barrier = postcard::to_allocvec(&unaligned_barrier(3)).unwrap();
+    let barrier = wire(&unaligned_barrier(3));
     let mut frame = vec![0u8; FRAME_HEADER];
     write_header(
         &mut frame,
@@ -320,7 +320,7 @@ fn a_peer_without_the_secret_gets_only_the_challenge_and_nothing_it_sends_reache
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // What a producer would send without the handshake: a guess at the answer, its hello,
     // and a frame of records.
-    let payload = postcard::to_allocvec(&Element::Records(vec![666u64])).unwrap();
+    let payload = wire(&Element::Records(vec![666u64]));
     let mut frame = vec![0u8; FRAME_HEADER];
     write_header(&mut frame, DATA, KEY, payload.len() as u32);
     frame.extend_from_slice(&payload);
@@ -418,7 +418,7 @@ fn planes_with_certificates_of_the_cluster_ca_carry_records_and_credits_over_tls
                     Element::Records(batch) => got.push(batch),
                     other => panic!("{other:?}"),
                 }
-                credit.taken();
+                credit.taken(0);
             }
             got
         });
@@ -529,7 +529,7 @@ fn tls_client(
 
 /// What a producer would send: its hello and a frame of `records`.
 fn hello_and_records(records: Vec<u64>) -> Vec<u8> {
-    let payload = postcard::to_allocvec(&Element::Records(records)).unwrap();
+    let payload = wire(&Element::Records(records));
     let mut frame = vec![0u8; FRAME_HEADER];
     write_header(&mut frame, DATA, KEY, payload.len() as u32);
     frame.extend_from_slice(&payload);
@@ -672,4 +672,11 @@ fn a_producer_sends_no_records_to_a_consumer_without_a_certificate_of_the_cluste
             "{result:?}"
         );
     }
+}
+
+/// `value` as a frame's payload.
+fn wire<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    weir_runtime::wire_format::encode_into(value, &mut out).unwrap();
+    out
 }

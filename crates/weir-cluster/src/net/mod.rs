@@ -381,6 +381,14 @@ struct Inbound {
 }
 
 impl Inbound {
+    /// How many credits go back in one frame while the consumer's queue still holds elements:
+    /// half the queue, so that the producer always has the other half to fill meanwhile. One
+    /// frame per element took a system call and a wake-up of the producer's task manager per
+    /// batch.
+    fn credit_batch(&self) -> u32 {
+        (self.capacity / 2).max(1)
+    }
+
     fn grant(&self, credits: u32) {
         self.send(CREDIT, credits);
     }
@@ -397,16 +405,6 @@ impl Inbound {
             Ok(mut stream) => stream.write_all(&frame).is_ok(),
             Err(_) => false,
         }
-    }
-}
-
-impl Inbound {
-    /// How many credits go back in one frame while the consumer's queue still holds elements:
-    /// half the queue, so that the producer always has the other half to fill meanwhile. One
-    /// frame per element took a system call and a wake-up of the producer's task manager per
-    /// batch.
-    fn credit_batch(&self) -> u32 {
-        (self.capacity / 2).max(1)
     }
 }
 

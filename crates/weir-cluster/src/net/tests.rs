@@ -112,6 +112,57 @@ fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
     assert!(matches!(&rest[1], Element::Records(b) if *b == vec![4]));
 }
 
+#[test]
+fn credits_go_back_half_a_queue_at_a_time_and_all_of_them_once_the_queue_is_empty() {
+    let (_a, _b, net_a, net_b) = two_planes();
+    let (rx, decoder) = remote_receiver::<u64, u64>(6, |x| x);
+    let credit = net_b
+        .incoming(KEY, producer(), 6, decoder, no_priority())
+        .unwrap();
+    let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
+        net_a.outgoing(KEY, consumer()).unwrap(),
+    )));
+    let sends = |n: u64| {
+        for i in 0..n {
+            send_async(sink.clone(), Element::Records(vec![i]))
+                .recv_timeout(Duration::from_secs(10))
+                .expect("a send with credit returns")
+                .unwrap();
+        }
+    };
+    let take = || {
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        credit.taken(rx.len());
+    };
+    eventually("the first credits", || sink.lock().unwrap().has_room());
+    sends(6);
+    assert!(!sink.lock().unwrap().has_room());
+    // Two taken, four still queued: fewer than half the queue's credits are owed, and they
+    // stay with the consumer.
+    take();
+    take();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!sink.lock().unwrap().has_room(), "no credit frame for two");
+    // The third makes half the queue: those three go back in one frame.
+    take();
+    eventually("three credits back", || sink.lock().unwrap().has_room());
+    // One more batch, four queued: the next three taken make half a queue again, and the one
+    // taken last goes back alone, as the queue is then empty — six credits in all, and not
+    // one more.
+    sends(1);
+    take();
+    take();
+    take();
+    take();
+    assert!(rx.is_empty());
+    sends(6);
+    let seventh = send_async(sink.clone(), Element::Records(vec![7]));
+    assert!(matches!(
+        seventh.recv_timeout(Duration::from_millis(300)),
+        Err(RecvTimeoutError::Timeout)
+    ));
+}
+
 /// Waits up to 10 s for `done` to hold.
 fn eventually(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -54,7 +54,8 @@ pub struct TaskManagerOptions {
     /// (`heartbeat.timeout`, as the job manager's for its task managers): a session whose
     /// keepalive pings go unanswered this long is dropped — the subtasks are cancelled and a
     /// job manager looked for again —, and a connection attempt that gets no answer within it
-    /// moves on to the next address.
+    /// moves on to the next address. The data plane gives up a connection to another task
+    /// manager that stays silent twice as long ([`crate::net`]).
     pub heartbeat_timeout: Duration,
     /// The cluster's secret, proven to the job manager and to the other task managers
     /// ([`crate::security`]).
@@ -130,6 +131,10 @@ pub fn run_task_manager(
         options.data_bind,
         options.secret.clone(),
         options.tls.clone(),
+        // A partition between task managers is noticed through the data connections, a bit
+        // more slowly than a silent job manager: a connection only waits for TCP's own
+        // retransmissions, which a lossy link can stretch.
+        options.heartbeat_timeout.saturating_mul(2),
     )?;
     let data_address = format!("{}:{}", options.data_host, plane.address().port());
     if options.id.is_empty() {

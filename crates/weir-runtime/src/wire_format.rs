@@ -240,36 +240,29 @@ impl<'a> ser::SerializeMap for &mut Encoder<'a> {
     }
 }
 
-impl<'a> ser::SerializeStruct for &mut Encoder<'a> {
-    type Ok = ();
-    type Error = WireError;
-    #[inline]
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        value: &T,
-    ) -> Result<(), WireError> {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), WireError> {
-        Ok(())
-    }
+/// A struct's fields go out in order, without their names.
+macro_rules! named_fields {
+    ($trait:ident) => {
+        impl<'a> ser::$trait for &mut Encoder<'a> {
+            type Ok = ();
+            type Error = WireError;
+            #[inline]
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                _: &'static str,
+                value: &T,
+            ) -> Result<(), WireError> {
+                value.serialize(&mut **self)
+            }
+            fn end(self) -> Result<(), WireError> {
+                Ok(())
+            }
+        }
+    };
 }
 
-impl<'a> ser::SerializeStructVariant for &mut Encoder<'a> {
-    type Ok = ();
-    type Error = WireError;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        value: &T,
-    ) -> Result<(), WireError> {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Result<(), WireError> {
-        Ok(())
-    }
-}
+named_fields!(SerializeStruct);
+named_fields!(SerializeStructVariant);
 
 struct Decoder<'de> {
     input: &'de [u8],
@@ -396,10 +389,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     }
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, WireError> {
         let len = self.len()?;
-        visitor.visit_seq(Elements {
-            decoder: self,
-            left: len,
-        })
+        self.deserialize_tuple(len, visitor)
     }
     fn deserialize_tuple<V: Visitor<'de>>(
         self,
@@ -459,6 +449,24 @@ struct Elements<'a, 'de> {
     left: usize,
 }
 
+impl<'de> Elements<'_, 'de> {
+    /// The next element (or map key), if any is left.
+    #[inline]
+    fn next<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, WireError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.decoder).map(Some)
+    }
+
+    /// Every element takes at least a byte (or none, for units): a length beyond what the
+    /// frame could hold is never trusted to size a collection.
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.left.min(self.decoder.input.len()))
+    }
+}
+
 impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
     type Error = WireError;
     #[inline]
@@ -466,16 +474,10 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, WireError> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(&mut *self.decoder).map(Some)
+        self.next(seed)
     }
     fn size_hint(&self) -> Option<usize> {
-        // Every element takes at least a byte (or none, for units): never trust a length
-        // beyond what the frame could hold.
-        Some(self.left.min(self.decoder.input.len()))
+        Elements::size_hint(self)
     }
 }
 
@@ -485,17 +487,13 @@ impl<'de> de::MapAccess<'de> for Elements<'_, 'de> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, WireError> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(&mut *self.decoder).map(Some)
+        self.next(seed)
     }
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, WireError> {
         seed.deserialize(&mut *self.decoder)
     }
     fn size_hint(&self) -> Option<usize> {
-        Some(self.left.min(self.decoder.input.len()))
+        Elements::size_hint(self)
     }
 }
 

@@ -22,6 +22,15 @@
 //! reports in held frames, and the producer counts that against its credits when it asks for
 //! room (see `weir_runtime::remote`).
 //!
+//! A peer that goes silent — a partition between two task managers, a host that vanished —
+//! fails the connection on both ends within the plane's peer timeout (twice the task manager's
+//! `heartbeat.timeout`): data unacknowledged for that long, or keepalive probes of an idle
+//! connection unanswered ([`give_up_silent_peer`]); a connection attempt gives up each try
+//! after the handshake wait. A producer whose connection failed while its attempt still needed
+//! it fails with the cause, and the job manager restarts the job from its latest checkpoint at
+//! once, instead of waiting for a checkpoint to expire; connections the attempt itself closes
+//! end its subtasks quietly, as before.
+//!
 //! With mutual TLS on ([`crate::tls`]), a connection opens with a TLS 1.3 handshake in which
 //! each side presents its certificate and checks the other's against the cluster's CA; all
 //! that follows is encrypted ([`stream`]). With the cluster's secret set, a connection (inside
@@ -84,6 +93,8 @@ struct PlaneInner {
     changed: Condvar,
     secret: Option<ClusterSecret>,
     tls: Option<ClusterTls>,
+    /// How long a connection's peer may stay silent before the connection is given up.
+    peer_timeout: Duration,
 }
 
 #[derive(Default)]
@@ -97,11 +108,14 @@ struct Attempts {
 impl DataPlane {
     /// Listens on `address` (port 0: any free port). With `tls`, every connection must present
     /// a certificate of the cluster's CA; with `secret`, every connection must prove it knows
-    /// it; with neither, an address beyond loopback is refused.
+    /// it; with neither, an address beyond loopback is refused. A connection whose peer stays
+    /// silent for `peer_timeout` (twice the task manager's `heartbeat.timeout`) is given up
+    /// (see the module's documentation).
     pub fn bind(
         address: SocketAddr,
         secret: Option<ClusterSecret>,
         tls: Option<ClusterTls>,
+        peer_timeout: Duration,
     ) -> Result<DataPlane, ClusterError> {
         security::check_bind(
             address,
@@ -120,6 +134,7 @@ impl DataPlane {
             changed: Condvar::new(),
             secret,
             tls,
+            peer_timeout,
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -142,6 +157,7 @@ impl DataPlane {
             me: me.to_string(),
             secret: self.inner.secret.clone(),
             tls: self.inner.tls.clone(),
+            peer_timeout: self.inner.peer_timeout,
             placement: plan.placement.iter().cloned().collect(),
             peers: plan.peers.iter().cloned().collect(),
             closed: AtomicBool::new(false),
@@ -236,6 +252,7 @@ enum InboundEnd {
 fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), InboundEnd> {
     let io = |e: std::io::Error| InboundEnd::Io(e.to_string());
     stream.set_nodelay(true).map_err(io)?;
+    give_up_silent_peer(&stream, plane.peer_timeout);
     stream.set_read_timeout(Some(HANDSHAKE_WAIT)).map_err(io)?;
     let tls = match &plane.tls {
         Some(tls) => Some(tls.accept(&mut stream).map_err(InboundEnd::Refused)?),
@@ -347,6 +364,7 @@ pub struct AttemptNet {
     me: String,
     secret: Option<ClusterSecret>,
     tls: Option<ClusterTls>,
+    peer_timeout: Duration,
     placement: HashMap<SubtaskId, String>,
     peers: HashMap<String, String>,
     closed: AtomicBool,
@@ -434,9 +452,17 @@ impl ConsumerCredits for Inbound {
 
 /// A connection to one consumer task manager, and the credits of the channels it carries.
 struct Outbound {
+    /// The consumer's task manager.
+    peer: String,
     stream: Mutex<Option<DataWriter>>,
     credits: Mutex<HashMap<ChannelKey, Arc<Credit>>>,
     broken: AtomicBool,
+    /// Set when the attempt closes the connection: what fails after that is the attempt
+    /// ending, not a fault.
+    closing: AtomicBool,
+    /// Why the connection was given up while the attempt still needed it (its peer went
+    /// silent), for the producers that then fail.
+    fault: OnceLock<String>,
 }
 
 #[derive(Default)]
@@ -457,6 +483,7 @@ impl AttemptNet {
             }
         }
         for out in self.outbound.lock().expect("outbound lock").values() {
+            out.closing.store(true, Ordering::Release);
             if let Ok(Some(s)) = out.stream.lock().as_deref() {
                 s.shutdown();
             }
@@ -508,28 +535,43 @@ impl AttemptNet {
             .ok_or_else(|| JobError::Failed(format!("task manager {tm} has no data address")))?
             .clone();
         let out = Arc::new(Outbound {
+            peer: tm.to_string(),
             stream: Mutex::new(None),
             credits: Mutex::new(HashMap::new()),
             broken: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            fault: OnceLock::new(),
         });
         outbound.insert(tm.to_string(), out.clone());
         let (generation, me, tm) = (self.generation, self.me.clone(), tm.to_string());
         let (secret, tls) = (self.secret.clone(), self.tls.clone());
+        let peer_timeout = self.peer_timeout;
         let weak = Arc::downgrade(&out);
         std::thread::Builder::new()
             .name("data-out".into())
             .spawn(move || {
                 let security = (secret.as_ref(), tls.as_ref());
-                match run_outbound(&address, generation, &me, security, &weak) {
-                    Ok(()) => {}
+                let fault = match run_outbound(&address, generation, &me, security, peer_timeout, &weak) {
+                    Ok(()) => None,
                     Err(OutboundEnd::Io(e)) => {
-                        tracing::debug!(peer = %tm, error = %e, "outbound data connection ended")
+                        tracing::debug!(peer = %tm, error = %e, "outbound data connection ended");
+                        None
+                    }
+                    Err(OutboundEnd::Silent(e)) => {
+                        tracing::warn!(peer = %tm, error = %e, "gave up a data connection whose peer went silent");
+                        Some(e)
                     }
                     Err(OutboundEnd::Refused(e)) => {
-                        tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that is not a member of the cluster (its certificate or the secret)")
+                        tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that is not a member of the cluster (its certificate or the secret)");
+                        None
                     }
-                }
+                };
                 if let Some(out) = weak.upgrade() {
+                    if let Some(fault) = fault {
+                        if !out.closing.load(Ordering::Acquire) {
+                            let _ = out.fault.set(fault);
+                        }
+                    }
                     out.break_all();
                 }
             })
@@ -540,10 +582,24 @@ impl AttemptNet {
 
 /// Why an outbound connection ended.
 enum OutboundEnd {
+    /// The connection ended: the consumer's side closed it (its attempt ended, or its process
+    /// died, which the job manager learns from its own session with that task manager).
     Io(String),
+    /// The consumer went silent past the peer timeout (a partition): the producers fail.
+    Silent(String),
     /// The consumer did not present a certificate of the cluster's CA (or refused this task
     /// manager's), or did not prove it knows the cluster's secret.
     Refused(String),
+}
+
+/// How an outbound connection ended on `e`: a peer that stopped answering, or a plain end.
+fn silent_or_io(e: &std::io::Error, message: String) -> OutboundEnd {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+            OutboundEnd::Silent(message)
+        }
+        _ => OutboundEnd::Io(message),
+    }
 }
 
 impl From<String> for OutboundEnd {
@@ -566,24 +622,30 @@ fn run_outbound(
     generation: u64,
     me: &str,
     (secret, tls): (Option<&ClusterSecret>, Option<&ClusterTls>),
+    peer_timeout: Duration,
     out: &Weak<Outbound>,
 ) -> Result<(), OutboundEnd> {
     let deadline = Instant::now() + ATTEMPT_WAIT;
     let mut stream = loop {
-        match TcpStream::connect(address) {
+        let wait = HANDSHAKE_WAIT.min(deadline.saturating_duration_since(Instant::now()));
+        match connect_within(address, wait.max(Duration::from_millis(1))) {
             Ok(s) => break s,
             Err(e) => {
                 let alive = out
                     .upgrade()
                     .is_some_and(|o| !o.broken.load(Ordering::Acquire));
                 if !alive || Instant::now() >= deadline {
-                    return Err(format!("cannot connect to {address}: {e}").into());
+                    return Err(silent_or_io(
+                        &e,
+                        format!("cannot connect to {address}: {e}"),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
     };
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    give_up_silent_peer(&stream, peer_timeout);
     stream
         .set_read_timeout(Some(HANDSHAKE_WAIT))
         .map_err(|e| e.to_string())?;
@@ -624,7 +686,7 @@ fn run_outbound(
                 // after the handshake, in place of the first credits.
                 return Err(match tls::refusal(&e) {
                     Some(refused) => OutboundEnd::Refused(refused),
-                    None => format!("reading credits from {address}: {e}").into(),
+                    None => silent_or_io(&e, format!("reading credits from {address}: {e}")),
                 });
             }
         }
@@ -652,6 +714,39 @@ fn run_outbound(
 }
 
 impl Outbound {
+    /// Why a producer's send on this connection failed: the attempt or the consumer's side
+    /// ending it (its subtasks stop quietly, as everything else that breaks a channel then),
+    /// or the consumer gone silent while the attempt still needs it — which fails the producer,
+    /// so that the job manager restarts the job now, not when a checkpoint expires.
+    fn failure(&self, error: Option<std::io::Error>) -> TaskError {
+        if self.closing.load(Ordering::Acquire) {
+            return TaskError::ChannelClosed;
+        }
+        let cause = match error {
+            Some(error) if error.kind() == std::io::ErrorKind::TimedOut => {
+                format!("sending to it: {error}")
+            }
+            _ => {
+                // A send can fail before the connection's reader has seen why: give it a moment.
+                let until = Instant::now() + Duration::from_secs(1);
+                while !self.broken.load(Ordering::Acquire) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                match self.fault.get() {
+                    Some(fault) => fault.clone(),
+                    // Ended by the consumer's side: its subtasks finished or were cancelled, or
+                    // its process died (the job manager hears of that from its own session with
+                    // that task manager).
+                    None => return TaskError::ChannelClosed,
+                }
+            }
+        };
+        TaskError::Io(std::io::Error::other(format!(
+            "the data connection to task manager {} failed: {cause}",
+            self.peer
+        )))
+    }
+
     /// The connection is gone: every producer waiting for credit on it wakes up and fails.
     fn break_all(&self) {
         self.broken.store(true, Ordering::Release);
@@ -681,7 +776,7 @@ impl FrameWriter for RemoteWriter {
                 let start = Instant::now();
                 while *available == 0 {
                     if self.out.broken.load(Ordering::Acquire) {
-                        return Err(TaskError::ChannelClosed);
+                        return Err(self.out.failure(None));
                     }
                     available = self
                         .credit
@@ -704,12 +799,12 @@ impl FrameWriter for RemoteWriter {
         let stream = stream.as_mut().ok_or(TaskError::ChannelClosed)?;
         stream
             .write_all(&frame)
-            .map_err(|_| TaskError::ChannelClosed)
+            .map_err(|e| self.out.failure(Some(e)))
     }
 
     fn write_priority(&mut self, mut frame: Vec<u8>) -> Result<(), TaskError> {
         if self.out.broken.load(Ordering::Acquire) {
-            return Err(TaskError::ChannelClosed);
+            return Err(self.out.failure(None));
         }
         let len = frame.len() - FRAME_HEADER;
         write_header(&mut frame, PRIORITY, self.key, len as u32);
@@ -721,7 +816,7 @@ impl FrameWriter for RemoteWriter {
         match stream.as_mut() {
             Some(stream) => stream
                 .write_all(&frame)
-                .map_err(|_| TaskError::ChannelClosed),
+                .map_err(|e| self.out.failure(Some(e))),
             // Not connected yet: no frame went out for the barrier to overtake.
             None => Ok(()),
         }
@@ -799,6 +894,46 @@ impl Network for AttemptNet {
             }
         }
         Ok(channel)
+    }
+}
+
+/// Connects to `address`, giving up each of its addresses after `wait` (a peer behind a
+/// partition drops the handshake: without a limit, the system's own takes minutes).
+fn connect_within(address: &str, wait: Duration) -> std::io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for addr in address.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, wait) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{address} resolves to no address"),
+        )
+    }))
+}
+
+/// Gives up the connection when its peer stays silent for `timeout`: data sent and not
+/// acknowledged for that long (`TCP_USER_TIMEOUT`), or an idle connection whose keepalive
+/// probes go unanswered. A partition between two task managers then fails the reads and
+/// writes on both ends within about `timeout`, where the system's defaults wait for minutes
+/// (an idle connection: hours). A peer that is merely busy or back-pressured still answers
+/// at the TCP level, so it is never given up. Where the options cannot be set, the connection
+/// keeps the system's defaults.
+fn give_up_silent_peer(stream: &TcpStream, timeout: Duration) {
+    let socket = socket2::SockRef::from(stream);
+    let probe = (timeout / 4).max(Duration::from_secs(1));
+    let keepalive = socket2::TcpKeepalive::new().with_time(probe);
+    #[cfg(target_os = "linux")]
+    let keepalive = keepalive.with_interval(probe).with_retries(3);
+    let set = socket.set_tcp_keepalive(&keepalive);
+    #[cfg(target_os = "linux")]
+    let set = set.and_then(|()| socket.set_tcp_user_timeout(Some(timeout)));
+    if let Err(e) = set {
+        tracing::debug!(error = %e, "a data connection keeps the system's timeouts");
     }
 }
 

@@ -7,6 +7,9 @@ use crossbeam_channel::RecvTimeoutError;
 use weir_core::{Element, OperatorId};
 use weir_runtime::remote::{remote_receiver, remote_sink};
 
+/// How long a silent peer is waited for (`heartbeat.timeout` on a task manager).
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
 const KEY: ChannelKey = ChannelKey {
     edge: 0,
     producer: 0,
@@ -43,8 +46,8 @@ fn two_planes_with(
 ) -> (DataPlane, DataPlane, Arc<AttemptNet>, Arc<AttemptNet>) {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let (a, b) = (
-        DataPlane::bind(loopback, secret.clone(), None).unwrap(),
-        DataPlane::bind(loopback, secret, None).unwrap(),
+        DataPlane::bind(loopback, secret.clone(), None, PEER_TIMEOUT).unwrap(),
+        DataPlane::bind(loopback, secret, None, PEER_TIMEOUT).unwrap(),
     );
     let plan = plan(a.address(), b.address());
     let (net_a, net_b) = (a.open_attempt("a", &plan), b.open_attempt("b", &plan));
@@ -394,7 +397,7 @@ fn a_peer_without_the_secret_gets_only_the_challenge_and_nothing_it_sends_reache
 #[test]
 fn a_producer_sends_no_records_to_a_peer_that_cannot_prove_the_secret() {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let a = DataPlane::bind(loopback, Some(secret()), None).unwrap();
+    let a = DataPlane::bind(loopback, Some(secret()), None, PEER_TIMEOUT).unwrap();
     // The consumer's task manager is an impostor: it challenges, but cannot prove the secret.
     let impostor = TcpListener::bind(loopback).unwrap();
     let net_a = a.open_attempt("a", &plan(a.address(), impostor.local_addr().unwrap()));
@@ -438,8 +441,14 @@ fn two_tls_planes(
 ) -> (DataPlane, DataPlane, Arc<AttemptNet>, Arc<AttemptNet>) {
     let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let (a, b) = (
-        DataPlane::bind(loopback, secret.clone(), Some(ca.tls(dir, "a"))).unwrap(),
-        DataPlane::bind(loopback, secret, Some(ca.tls(dir, "b"))).unwrap(),
+        DataPlane::bind(
+            loopback,
+            secret.clone(),
+            Some(ca.tls(dir, "a")),
+            PEER_TIMEOUT,
+        )
+        .unwrap(),
+        DataPlane::bind(loopback, secret, Some(ca.tls(dir, "b")), PEER_TIMEOUT).unwrap(),
     );
     let plan = plan(a.address(), b.address());
     let (net_a, net_b) = (a.open_attempt("a", &plan), b.open_attempt("b", &plan));
@@ -694,7 +703,8 @@ fn a_producer_sends_no_records_to_a_consumer_without_a_certificate_of_the_cluste
     let stranger = TestCa::new("another CA").issue("b");
     for impostor in [Some(stranger), None] {
         let plain = impostor.is_none();
-        let a = DataPlane::bind(loopback, None, Some(ca.tls(dir.path(), "a"))).unwrap();
+        let a =
+            DataPlane::bind(loopback, None, Some(ca.tls(dir.path(), "a")), PEER_TIMEOUT).unwrap();
         let (address, received) = impostor_consumer(impostor);
         let net_a = a.open_attempt("a", &plan(a.address(), address));
         let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(

@@ -4,9 +4,8 @@
 //! This module is where the two meet: a [`Network`] (the cluster's data plane) moves frames
 //! with credit-based flow control, and each edge's channel factory (in the job graph) turns a
 //! frame writer into a typed [`ChannelSink`] (encoding one [`Element`] per frame in the
-//! [`wire_format`](crate::wire_format))
-//! and a typed receiver into a frame decoder. Records still move in batches: one frame is one
-//! batch, a barrier or a watermark.
+//! [`wire_format`](crate::wire_format)) and a typed receiver into a frame decoder. Records
+//! still move in batches: one frame is one batch, a barrier or a watermark.
 //!
 //! Flow control: the consumer's queue of a remote channel holds `capacity` elements, and the
 //! producer may only send as many frames as the consumer granted credits. The consumer's gate

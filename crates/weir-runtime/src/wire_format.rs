@@ -18,9 +18,17 @@ use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 use serde::ser::{self, Serialize};
 use std::fmt;
 
-/// Why a value could not be encoded or decoded.
+/// Why a value could not be encoded or decoded. Boxed: a result carries a pointer, not a
+/// string, on the way back through every field of every record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WireError(String);
+#[allow(clippy::box_collection)] // one pointer wide on purpose: see above
+pub struct WireError(Box<String>);
+
+impl WireError {
+    fn new(message: impl Into<String>) -> WireError {
+        WireError(Box::new(message.into()))
+    }
+}
 
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -32,13 +40,13 @@ impl std::error::Error for WireError {}
 
 impl ser::Error for WireError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        WireError(msg.to_string())
+        WireError::new(msg.to_string())
     }
 }
 
 impl de::Error for WireError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        WireError(msg.to_string())
+        WireError::new(msg.to_string())
     }
 }
 
@@ -52,7 +60,7 @@ pub fn decode<'de, T: de::Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, WireE
     let mut decoder = Decoder { input: bytes };
     let value = T::deserialize(&mut decoder)?;
     if !decoder.input.is_empty() {
-        return Err(WireError(format!(
+        return Err(WireError::new(format!(
             "{} bytes left over after the value",
             decoder.input.len()
         )));
@@ -68,13 +76,13 @@ impl Encoder<'_> {
     #[inline]
     fn len(&mut self, len: usize) -> Result<(), WireError> {
         let len = u32::try_from(len)
-            .map_err(|_| WireError(format!("a length of {len} does not fit a frame")))?;
+            .map_err(|_| WireError::new(format!("a length of {len} does not fit a frame")))?;
         self.out.extend_from_slice(&len.to_le_bytes());
         Ok(())
     }
 
     fn unknown_len() -> WireError {
-        WireError("a sequence or map of unknown length cannot be encoded".into())
+        WireError::new("a sequence or map of unknown length cannot be encoded")
     }
 }
 
@@ -281,7 +289,7 @@ impl<'de> Decoder<'de> {
     }
 
     fn truncated() -> WireError {
-        WireError("the frame ends in the middle of a value".into())
+        WireError::new("the frame ends in the middle of a value")
     }
 
     #[inline]
@@ -292,7 +300,7 @@ impl<'de> Decoder<'de> {
     fn bytes(&mut self) -> Result<&'de [u8], WireError> {
         let len = self.len()?;
         if len > self.input.len() {
-            return Err(WireError(format!(
+            return Err(WireError::new(format!(
                 "a length of {len} bytes, beyond the {} left in the frame",
                 self.input.len()
             )));
@@ -306,7 +314,7 @@ impl<'de> Decoder<'de> {
         match self.take::<1>()?[0] {
             0 => Ok(false),
             1 => Ok(true),
-            other => Err(WireError(format!("{other} is not a valid {what} tag"))),
+            other => Err(WireError::new(format!("{other} is not a valid {what} tag"))),
         }
     }
 }
@@ -326,8 +334,8 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     type Error = WireError;
 
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, WireError> {
-        Err(WireError(
-            "the data plane's format does not describe itself: a type that needs it (untagged enums, flattened fields) cannot cross the network".into(),
+        Err(WireError::new(
+            "the data plane's format does not describe itself: a type that needs it (untagged enums, flattened fields) cannot cross the network",
         ))
     }
 
@@ -346,12 +354,12 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, WireError> {
         let code = u32::from_le_bytes(self.take()?);
         let c = char::from_u32(code)
-            .ok_or_else(|| WireError(format!("{code:#x} is not a character")))?;
+            .ok_or_else(|| WireError::new(format!("{code:#x} is not a character")))?;
         visitor.visit_char(c)
     }
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, WireError> {
         let s = std::str::from_utf8(self.bytes()?)
-            .map_err(|e| WireError(format!("a string is not UTF-8: {e}")))?;
+            .map_err(|e| WireError::new(format!("a string is not UTF-8: {e}")))?;
         visitor.visit_borrowed_str(s)
     }
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, WireError> {

@@ -1,11 +1,11 @@
 //! The encoding of the data plane's frames: any serde type, fixed-width and little-endian.
 //!
 //! A frame carries one element of a channel (a batch of records, a barrier, a watermark) from
-//! one process to another build of the same binary, which decodes it at once; it is never
+//! one process to another process of the same build, which decodes it at once; it is never
 //! stored. So this format is made for speed, not size or longevity: every integer and float
-//! takes its full width (a `u64` is eight bytes, copied, never a loop over varint bytes, which
-//! took about a third of a task manager's time spent on records crossing the network); a
-//! length (of a sequence, a map, a string, bytes) and an enum's variant index are a `u32`; an
+//! takes its full width (a `u64` is eight bytes, copied, never a loop over varint bytes —
+//! postcard's varints took about a fifth of a task manager's core in keyed-count on two task
+//! managers, see `benches/frames.rs` and `benchmarks/README.md`); a length (of a sequence, a map, a string, bytes) and an enum's variant index are a `u32`; an
 //! `Option` and a `bool` a byte, `0` or `1`; a `char` its `u32`; structs and tuples their
 //! fields in order, with no names. The format is not self-describing: like postcard's, it
 //! decodes only into the type it was encoded from. State and checkpoints use postcard, whose

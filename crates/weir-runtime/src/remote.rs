@@ -298,12 +298,6 @@ mod tests {
         }
     }
 
-    fn wire<T: Serialize>(value: &T) -> Vec<u8> {
-        let mut out = Vec::new();
-        crate::wire_format::encode_into(value, &mut out).unwrap();
-        out
-    }
-
     fn checkpoint(id: u64, alignment: weir_core::BarrierAlignment) -> Barrier {
         Barrier {
             id: CheckpointId(id),
@@ -342,7 +336,7 @@ mod tests {
         let (_rx, mut decode) = remote_receiver::<u64, u64>(1, same);
         let err = decode(&[0xff, 0xff, 0xff]).unwrap_err();
         assert!(err.contains("does not decode"), "{err}");
-        let frame = wire(&Element::<u64>::Records(vec![1]));
+        let frame = crate::wire_format::encode(&Element::<u64>::Records(vec![1])).unwrap();
         decode(&frame).unwrap();
         let err = decode(&frame).unwrap_err();
         assert!(err.contains("credits"), "{err}");
@@ -374,7 +368,7 @@ mod tests {
         let err = decode(&[0xff, 0xff]).unwrap_err();
         assert!(err.contains("not a barrier"), "{err}");
         let aligned = checkpoint(4, weir_core::BarrierAlignment::Aligned);
-        let err = decode(&wire(&aligned)).unwrap_err();
+        let err = decode(&crate::wire_format::encode(&aligned).unwrap()).unwrap_err();
         assert!(err.contains("does not overtake"), "{err}");
         assert!(controls.try_recv().is_err());
     }

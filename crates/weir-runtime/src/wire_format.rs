@@ -55,6 +55,13 @@ pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Resul
     value.serialize(&mut Encoder { out })
 }
 
+/// `value`'s encoding on its own.
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, WireError> {
+    let mut out = Vec::new();
+    encode_into(value, &mut out)?;
+    Ok(out)
+}
+
 /// Decodes a value of `T` that takes all of `bytes`.
 pub fn decode<'de, T: de::Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, WireError> {
     let mut decoder = Decoder { input: bytes };
@@ -615,9 +622,7 @@ mod tests {
     }
 
     fn round_trip<T: Serialize + for<'de> Deserialize<'de>>(value: &T) -> T {
-        let mut out = Vec::new();
-        encode_into(value, &mut out).unwrap();
-        decode(&out).unwrap()
+        decode(&encode(value).unwrap()).unwrap()
     }
 
     #[test]

@@ -63,6 +63,27 @@ fn secret() -> ClusterSecret {
     ClusterSecret::new(b"the cluster's own secret", "test").unwrap()
 }
 
+/// Channel `KEY` from the producer on "a" to the consumer on "b", its queue holding `capacity`
+/// batches: the consumer's queue, how it returns credits, and the producer's sink.
+fn channel(
+    net_a: &AttemptNet,
+    net_b: &AttemptNet,
+    capacity: usize,
+) -> (
+    crossbeam_channel::Receiver<Element<u64>>,
+    CreditReturn,
+    Sink,
+) {
+    let (rx, decoder) = remote_receiver::<u64, u64>(capacity, |x| x);
+    let credit = net_b
+        .incoming(KEY, producer(), capacity, decoder, no_priority())
+        .unwrap();
+    let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
+        net_a.outgoing(KEY, consumer()).unwrap(),
+    )));
+    (rx, credit, sink)
+}
+
 /// Sends `element` on a thread; the receiver hears when the send returned.
 type Sink = Arc<Mutex<Box<dyn weir_runtime::channel::ChannelSink<u64>>>>;
 
@@ -81,13 +102,7 @@ fn send_async(
 fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
     let (_a, _b, net_a, net_b) = two_planes();
     assert!(net_a.is_local(producer()) && !net_a.is_local(consumer()));
-    let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
-    let credit = net_b
-        .incoming(KEY, producer(), 2, decoder, no_priority())
-        .unwrap();
-    let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
-        net_a.outgoing(KEY, consumer()).unwrap(),
-    )));
+    let (rx, credit, sink) = channel(&net_a, &net_b, 2);
 
     // Two credits: two batches go through while nobody reads.
     for batch in [vec![1, 2], vec![3]] {
@@ -118,13 +133,7 @@ fn a_producer_sends_only_as_many_batches_as_its_consumer_granted_credits() {
 #[test]
 fn credits_go_back_half_a_queue_at_a_time_and_all_of_them_once_the_queue_is_empty() {
     let (_a, _b, net_a, net_b) = two_planes();
-    let (rx, decoder) = remote_receiver::<u64, u64>(6, |x| x);
-    let credit = net_b
-        .incoming(KEY, producer(), 6, decoder, no_priority())
-        .unwrap();
-    let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
-        net_a.outgoing(KEY, consumer()).unwrap(),
-    )));
+    let (rx, credit, sink) = channel(&net_a, &net_b, 6);
     let sends = |n: u64| {
         for i in 0..n {
             send_async(sink.clone(), Element::Records(vec![i]))
@@ -258,7 +267,7 @@ fn a_priority_frame_for_a_channel_not_deployed_yet_is_dropped_and_the_connection
         .unwrap();
     let mut raw = TcpStream::connect(b.address()).unwrap();
     let elsewhere = ChannelKey { edge: 9, ..KEY };
-    let barrier = wire(&unaligned_barrier(3));
+    let barrier = weir_runtime::wire_format::encode(&unaligned_barrier(3)).unwrap();
     let mut frame = vec![0u8; FRAME_HEADER];
     write_header(
         &mut frame,
@@ -280,13 +289,7 @@ fn a_priority_frame_for_a_channel_not_deployed_yet_is_dropped_and_the_connection
 #[test]
 fn closing_the_attempt_releases_a_producer_waiting_for_credit() {
     let (a, _b, net_a, net_b) = two_planes();
-    let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
-    let _credit = net_b
-        .incoming(KEY, producer(), 1, decoder, no_priority())
-        .unwrap();
-    let sink: Sink = Arc::new(Mutex::new(remote_sink::<u64>(
-        net_a.outgoing(KEY, consumer()).unwrap(),
-    )));
+    let (_rx, _credit, sink) = channel(&net_a, &net_b, 1);
     send_async(sink.clone(), Element::Records(vec![1]))
         .recv_timeout(Duration::from_secs(10))
         .unwrap()
@@ -374,7 +377,7 @@ fn a_peer_without_the_secret_gets_only_the_challenge_and_nothing_it_sends_reache
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // What a producer would send without the handshake: a guess at the answer, its hello,
     // and a frame of records.
-    let payload = wire(&Element::Records(vec![666u64]));
+    let payload = weir_runtime::wire_format::encode(&Element::Records(vec![666u64])).unwrap();
     let mut frame = vec![0u8; FRAME_HEADER];
     write_header(&mut frame, DATA, KEY, payload.len() as u32);
     frame.extend_from_slice(&payload);
@@ -589,7 +592,7 @@ fn tls_client(
 
 /// What a producer would send: its hello and a frame of `records`.
 fn hello_and_records(records: Vec<u64>) -> Vec<u8> {
-    let payload = wire(&Element::Records(records));
+    let payload = weir_runtime::wire_format::encode(&Element::Records(records)).unwrap();
     let mut frame = vec![0u8; FRAME_HEADER];
     write_header(&mut frame, DATA, KEY, payload.len() as u32);
     frame.extend_from_slice(&payload);
@@ -733,11 +736,4 @@ fn a_producer_sends_no_records_to_a_consumer_without_a_certificate_of_the_cluste
             "{result:?}"
         );
     }
-}
-
-/// `value` as a frame's payload.
-fn wire<T: serde::Serialize>(value: &T) -> Vec<u8> {
-    let mut out = Vec::new();
-    weir_runtime::wire_format::encode_into(value, &mut out).unwrap();
-    out
 }

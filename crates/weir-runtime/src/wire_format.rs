@@ -204,15 +204,15 @@ impl<'a> ser::Serializer for &mut Encoder<'a> {
     fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, WireError> {
         Ok(self)
     }
+    /// As a tuple variant: its fields go out without their names.
     fn serialize_struct_variant(
         self,
-        _: &'static str,
+        name: &'static str,
         index: u32,
-        _: &'static str,
-        _: usize,
+        variant: &'static str,
+        len: usize,
     ) -> Result<Self, WireError> {
-        self.serialize_u32(index)?;
-        Ok(self)
+        self.serialize_tuple_variant(name, index, variant, len)
     }
     fn is_human_readable(&self) -> bool {
         false

@@ -16,6 +16,8 @@ pub(crate) struct Builder {
     pub errors: Vec<String>,
     /// Operators with a side output: node → (tag id, type of the side records).
     pub side_outputs: std::collections::HashMap<usize, (String, std::any::TypeId)>,
+    /// `pipeline.operator-chaining.enabled`.
+    pub operator_chaining: bool,
 }
 
 /// The job being written: its name, default parallelism, and graph.
@@ -36,11 +38,13 @@ impl StreamEnv {
                 edges: Vec::new(),
                 errors: Vec::new(),
                 side_outputs: std::collections::HashMap::new(),
+                operator_chaining: true,
             })),
         }
     }
 
-    /// A job that takes `parallelism.default` and `pipeline.max-parallelism` from `config`.
+    /// A job that takes `parallelism.default`, `pipeline.max-parallelism` and
+    /// `pipeline.operator-chaining.enabled` from `config`.
     pub fn with_config(name: &str, config: &Config) -> Result<StreamEnv, ConfigError> {
         let env = StreamEnv::new(name);
         if let Some(p) = config.get_u32("parallelism.default")? {
@@ -48,6 +52,9 @@ impl StreamEnv {
         }
         if let Some(mp) = config.get_u32("pipeline.max-parallelism")? {
             env.set_max_parallelism(mp);
+        }
+        if let Some(chaining) = config.get_bool("pipeline.operator-chaining.enabled")? {
+            env.set_operator_chaining(chaining);
         }
         Ok(env)
     }
@@ -62,6 +69,16 @@ impl StreamEnv {
     /// the life of the job's state.
     pub fn set_max_parallelism(&self, max_parallelism: u32) -> &Self {
         self.inner.borrow_mut().max_parallelism = max_parallelism;
+        self
+    }
+
+    /// Whether operators connected by a forward edge at equal parallelism share one task loop
+    /// (on by default): the consumer is called directly with each batch instead of through a
+    /// channel and a thread of its own. Each operator keeps its own state, snapshots and
+    /// metrics either way. `DataStream::disable_chaining` and `start_new_chain` set it per
+    /// operator.
+    pub fn set_operator_chaining(&self, enabled: bool) -> &Self {
+        self.inner.borrow_mut().operator_chaining = enabled;
         self
     }
 
@@ -81,6 +98,8 @@ impl StreamEnv {
             role,
             keyed,
             factory,
+            chain: None,
+            chaining: Default::default(),
         });
         b.nodes.len() - 1
     }
@@ -108,6 +127,7 @@ impl StreamEnv {
             max_parallelism: b.max_parallelism,
             nodes: b.nodes.clone(),
             edges: b.edges.clone(),
+            operator_chaining: b.operator_chaining,
         };
         graph.validate()?;
         Ok(graph)

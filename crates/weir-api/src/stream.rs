@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 use weir_core::Data;
 use weir_runtime::channel::Either;
 use weir_runtime::graph::{
-    direct_channels, keyed_writers, left_channels, one_input_factory, plain_writers,
-    right_channels, ChannelFactory, Edge, NodeRole, WriterFactory,
+    direct_channels, keyed_writers, left_channels, one_input_chain_factory, one_input_factory,
+    plain_writers, right_channels, Chaining, ChannelFactory, Edge, NodeRole, WriterFactory,
 };
 use weir_runtime::operator::SourceFunction;
 use weir_runtime::operators::{
@@ -116,6 +116,25 @@ impl<T: Data> DataStream<T> {
         self
     }
 
+    /// Runs the operator that produced this stream in a task loop of its own: never chained
+    /// behind its producer, nor its consumers behind it (Flink's `disableChaining`).
+    pub fn disable_chaining(self) -> Self {
+        self.set_chaining("disable_chaining()", Chaining::Never)
+    }
+
+    /// Starts a new chain at the operator that produced this stream: it is not chained behind
+    /// its producer, but its consumers may be chained behind it (Flink's `startNewChain`).
+    pub fn start_new_chain(self) -> Self {
+        self.set_chaining("start_new_chain()", Chaining::Head)
+    }
+
+    fn set_chaining(self, what: &str, chaining: Chaining) -> Self {
+        if let Some(n) = self.last_node(what) {
+            self.env.inner.borrow_mut().nodes[n].chaining = chaining;
+        }
+        self
+    }
+
     /// The next operator reads this stream round-robin from all producers.
     pub fn rebalance(mut self) -> Self {
         self.partition = Partition::Rebalance;
@@ -171,7 +190,9 @@ impl<T: Data> DataStream<T> {
     {
         let node = self
             .env
-            .add_node(name, role, keyed, one_input_factory::<T, O, Op>(op));
+            .add_node(name, role, keyed, one_input_factory::<T, O, Op>(op.clone()));
+        self.env.inner.borrow_mut().nodes[node].chain =
+            Some(one_input_chain_factory::<T, O, Op>(op));
         self.connect_into(
             node,
             direct_channels::<T>(),
@@ -261,6 +282,12 @@ impl SinkHandle {
     pub fn parallelism(self, parallelism: u32) -> Self {
         SinkHandle {
             stream: self.stream.parallelism(parallelism),
+        }
+    }
+    /// Runs the sink in a task loop of its own, never chained behind its producer.
+    pub fn disable_chaining(self) -> Self {
+        SinkHandle {
+            stream: self.stream.disable_chaining(),
         }
     }
 }

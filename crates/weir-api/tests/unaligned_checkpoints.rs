@@ -41,10 +41,18 @@ fn run_job(graph: &JobGraph, dir: &Path, unaligned: bool, inject: Option<&str>) 
     u64::from(summary.restarts)
 }
 
-/// The job at `parallelism`, writing its output under `dir`.
+/// The job at `parallelism`, writing its output under `dir`; `slow` and `output` are chained
+/// behind `counts`.
 fn job(dir: &Path, parallelism: u32) -> JobGraph {
+    job_chained(dir, parallelism, true)
+}
+
+/// The job, with operator chaining on or off: off, `slow` and `output` read channels of their
+/// own.
+fn job_chained(dir: &Path, parallelism: u32, chaining: bool) -> JobGraph {
     let env = StreamEnv::new(JOB);
     env.set_parallelism(parallelism);
+    env.set_operator_chaining(chaining);
     let words: Vec<String> = (0..RECORDS).map(|i| format!("w{}", i % WORDS)).collect();
     let format = Arc::new(|(word, count): &(String, u64), line: &mut Vec<u8>| {
         let _ = write!(line, "{word}\t{count}");
@@ -169,6 +177,26 @@ fn channel_state_bytes(dir: &Path, name: &str) -> u64 {
     channel_state_sizes(dir, name).iter().sum()
 }
 
+/// Bytes of channel state of operator `uid`'s subtasks in the latest checkpoint of job `name`.
+fn latest_channel_state_of(dir: &Path, name: &str, uid: &str) -> u64 {
+    let storage = CheckpointStorage::open(&dir.join("ck"), name).unwrap();
+    let latest = storage
+        .find_latest()
+        .unwrap()
+        .metadata
+        .expect("a checkpoint");
+    let operator = weir_core::OperatorId::from_uid(uid);
+    latest
+        .checkpoint
+        .subtask_states
+        .iter()
+        .filter(|(subtask, _)| subtask.operator == operator)
+        .flat_map(|(_, state)| &state.handles)
+        .filter(|h| h.kind == HandleKind::Channels)
+        .map(|h| h.size)
+        .sum()
+}
+
 /// More than the channel state of queues holding nothing: its header and one length per
 /// channel.
 const EMPTY_CHANNEL_STATE: u64 = 64;
@@ -197,7 +225,15 @@ fn statistics_mark_unaligned_checkpoints_with_the_bytes_of_their_channel_state()
         .history()
         .filter(|e| e.status == CheckpointStatus::Completed)
         .collect();
-    let source = weir_core::OperatorId::from_uid("words");
+    // Operators without input channels: the source, and those chained behind their producer
+    // (called directly, nothing in flight to capture).
+    let mut without_channels = vec![weir_core::OperatorId::from_uid("words")];
+    for (edge, chained) in graph.edges.iter().zip(graph.chained_edges()) {
+        if chained {
+            without_channels.push(graph.nodes[edge.to].id());
+        }
+    }
+    assert_eq!(without_channels.len(), 3, "slow and output are chained");
 
     let unaligned: Vec<_> = completed.iter().filter(|e| e.unaligned).collect();
     assert!(!unaligned.is_empty(), "no unaligned checkpoint completed");
@@ -206,8 +242,8 @@ fn statistics_mark_unaligned_checkpoints_with_the_bytes_of_their_channel_state()
         assert!(e.persisted_size >= e.persisted_data, "{e:?}");
         for line in &e.subtasks {
             let ack = line.ack.expect("every subtask acknowledged");
-            // A source has no input channels; every other subtask captured its own.
-            let reads_channels = line.subtask.operator != source;
+            // Every subtask with input channels captured its own.
+            let reads_channels = !without_channels.contains(&line.subtask.operator);
             assert_eq!(ack.unaligned, reads_channels, "{line:?}");
             assert_eq!(ack.persisted_data > 0, reads_channels, "{line:?}");
         }
@@ -477,4 +513,33 @@ fn channel_state_restores_only_at_its_parallelism_and_the_error_says_to_use_a_sa
         (committed(&dir.path().join("out")), summary.restarts)
     };
     assert_exactly_once(&counts);
+}
+
+#[test]
+fn in_flight_data_restores_exactly_once_when_operator_chaining_changes_between_runs() {
+    for chained_first in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        // The first run fails for good about 250 ms in, after several unaligned checkpoints.
+        let mut first = config(dir.path(), true, Some("slow:250ms"));
+        first.restart = RestartStrategy::None;
+        let graph = job_chained(dir.path(), 2, chained_first);
+        let failed = execute(&graph, &first, &StopHandle::new(), &mut |_| {});
+        assert!(
+            failed.is_err(),
+            "the first run ends at its injected failure"
+        );
+        if !chained_first {
+            // Unchained, `slow` reads a full channel of its own: the checkpoint holds what was
+            // in it, which the chained `slow` of the next run must take before anything new.
+            assert!(
+                latest_channel_state_of(dir.path(), JOB, "slow") > 2 * EMPTY_CHANNEL_STATE,
+                "the checkpoint holds no in-flight data for 'slow'"
+            );
+        }
+        let mut second = config(dir.path(), true, None);
+        second.start = StartMode::Resume;
+        let graph = job_chained(dir.path(), 2, !chained_first);
+        execute(&graph, &second, &StopHandle::new(), &mut |_| {}).expect("the job ends");
+        assert_exactly_once(&committed(&dir.path().join("out")));
+    }
 }

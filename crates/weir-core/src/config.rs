@@ -58,6 +58,7 @@ pub enum ConfigError {
 pub const OPTIONS: &[(&str, &str)] = &[
     ("parallelism.default", "1"),
     ("pipeline.max-parallelism", "128"),
+    ("pipeline.operator-chaining.enabled", "true"),
     ("execution.buffer-timeout.interval", "100 ms"),
     ("execution.checkpointing.interval", "(disabled)"),
     ("execution.checkpointing.timeout", "10 min"),

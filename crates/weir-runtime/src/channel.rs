@@ -35,6 +35,12 @@ pub trait ChannelSink<T>: Send {
     fn announce(&self, _barrier: Barrier) -> Result<(), TaskError> {
         Ok(())
     }
+    /// Sends on what the consumer holds back for a fuller batch. Only an operator chained
+    /// behind its producer (see the runtime's `chain` module) holds any: a channel's consumer
+    /// flushes on its own loop.
+    fn flush(&self) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
 
 thread_local! {

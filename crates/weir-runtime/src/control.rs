@@ -37,6 +37,12 @@ pub enum TaskControl {
     Cancel,
     /// The job is done: leave the task loop.
     Shutdown,
+    /// A control for `subtask`, an operator chained behind the subtask that receives it (see
+    /// the runtime's `chain` module): only checkpoint notifications concern it.
+    Chained {
+        subtask: SubtaskId,
+        control: Box<TaskControl>,
+    },
 }
 
 /// A message to the checkpoint coordinator's driver.
@@ -106,6 +112,12 @@ pub enum ControlSender {
         subtask: SubtaskId,
         to: crossbeam_channel::Sender<(SubtaskId, TaskControl)>,
     },
+    /// A subtask chained behind another in this process: through the control channel of the
+    /// head of its chain.
+    Chained {
+        subtask: SubtaskId,
+        head: crossbeam_channel::Sender<TaskControl>,
+    },
 }
 
 impl ControlSender {
@@ -114,6 +126,12 @@ impl ControlSender {
         match self {
             ControlSender::Local(tx) => tx.send(control).is_ok(),
             ControlSender::Remote { subtask, to } => to.send((*subtask, control)).is_ok(),
+            ControlSender::Chained { subtask, head } => head
+                .send(TaskControl::Chained {
+                    subtask: *subtask,
+                    control: Box::new(control),
+                })
+                .is_ok(),
         }
     }
 }

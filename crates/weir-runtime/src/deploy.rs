@@ -147,16 +147,27 @@ pub fn deploy(
         .iter()
         .map(|node| (0..node.parallelism).map(|_| Vec::new()).collect())
         .collect();
-    let mut outputs: Vec<Vec<Vec<Erased>>> = inputs
+    // A producer's writer into a chained consumer is made with the consumer, which is built
+    // first: its place among the producer's outputs stays empty until then.
+    let mut outputs: Vec<Vec<Vec<Option<Erased>>>> = inputs
         .iter()
         .map(|subtasks| subtasks.iter().map(|_| Vec::new()).collect())
         .collect();
+    let chained_edges = graph.chained_edges();
+    // Chained consumer → (its edge, its place among its producer's outputs).
+    let mut chained_into: HashMap<SubtaskId, (usize, usize)> = HashMap::new();
     for (edge_index, edge) in graph.edges.iter().enumerate() {
         let partition = graph.resolved_partition(edge);
         let (from, to) = (&graph.nodes[edge.from], &graph.nodes[edge.to]);
         let consumers = to.parallelism as usize;
         for (i, producer_outputs) in outputs[edge.from].iter_mut().enumerate() {
             let producer = SubtaskId::new(from.id(), i as u32);
+            let consumer = SubtaskId::new(to.id(), i as u32);
+            if chained_edges[edge_index] && is_local(producer) && is_local(consumer) {
+                chained_into.insert(consumer, (edge_index, producer_outputs.len()));
+                producer_outputs.push(None);
+                continue;
+            }
             let targets = match partition {
                 crate::partition::Partition::Forward => i..i + 1,
                 _ => 0..consumers,
@@ -212,7 +223,7 @@ pub fn deploy(
                 graph.max_parallelism,
                 config.batch_size,
             );
-            producer_outputs.push(writer);
+            producer_outputs.push(Some(writer));
         }
     }
 
@@ -226,7 +237,7 @@ pub fn deploy(
     };
     let local_before = local_reads(&restore);
     let alignment = crate::alignment::AlignmentGroups::default();
-    let mut restored_states = match restore {
+    let restored_states = match restore {
         Some(r) => read_states(
             graph,
             r,
@@ -235,18 +246,32 @@ pub fn deploy(
             config.state_backend.kind == weir_core::config::StateBackendKind::RocksDb,
         )?,
         None => Vec::new(),
-    }
-    .into_iter();
-    for (node_index, node) in graph.nodes.iter().enumerate().take(n) {
+    };
+    // In the order `read_states` reads them: the local subtasks, node by node.
+    let mut restored_states: HashMap<SubtaskId, _> = graph
+        .nodes
+        .iter()
+        .flat_map(|node| (0..node.parallelism).map(|index| SubtaskId::new(node.id(), index)))
+        .filter(|s| is_local(*s))
+        .zip(restored_states)
+        .collect();
+    // The operators chained behind each subtask, nearest first, and each chained subtask's
+    // producer.
+    let mut chains: HashMap<SubtaskId, Vec<crate::chain::ChainLink>> = HashMap::new();
+    let mut chained_to: HashMap<SubtaskId, SubtaskId> = HashMap::new();
+    let mut heads: HashMap<SubtaskId, Sender<TaskControl>> = HashMap::new();
+    // Backwards, so that a consumer is built before the producer it is chained behind (edges
+    // run from earlier nodes to later ones); the lists made are turned around at the end.
+    for (node_index, node) in graph.nodes.iter().enumerate().take(n).rev() {
         let uid: Arc<str> = Arc::from(node.uid.as_str());
-        for index in 0..node.parallelism {
+        for index in (0..node.parallelism).rev() {
             let subtask = SubtaskId::new(node.id(), index);
             if !is_local(subtask) {
                 continue;
             }
             let key_groups =
                 KeyGroupRange::for_subtask(graph.max_parallelism, node.parallelism, index);
-            let restored = restored_states.next().unwrap_or_default();
+            let restored = restored_states.remove(&subtask).unwrap_or_default();
             let (control_tx, control_rx) = controls
                 .remove(&subtask)
                 .expect("a control channel was made for every local subtask");
@@ -285,15 +310,48 @@ pub fn deploy(
                 snapshot_done: crossbeam_channel::unbounded(),
                 alignment: alignment.clone(),
                 downstream: downstream.remove(&subtask).unwrap_or_default(),
+                chain: crate::chain::Chain::default(),
+            };
+            let cannot_build = |e: String| {
+                JobError::InvalidJob(format!("cannot build '{}' subtask {index}: {e}", node.uid))
             };
             let ins = std::mem::take(&mut inputs[node_index][index as usize]);
-            let outs = std::mem::take(&mut outputs[node_index][index as usize]);
-            let body = (node.factory)(ins, outs, rt).map_err(|e| {
-                JobError::InvalidJob(format!("cannot build '{}' subtask {index}: {e}", node.uid))
-            })?;
-            deployed
-                .controls
-                .insert(subtask, ControlSender::Local(control_tx));
+            let outs = std::mem::take(&mut outputs[node_index][index as usize])
+                .into_iter()
+                .collect::<Option<Vec<Erased>>>()
+                .ok_or_else(|| {
+                    cannot_build("an operator chained behind it was not built".into())
+                })?;
+            if let Some(&(edge_index, position)) = chained_into.get(&subtask) {
+                let edge = &graph.edges[edge_index];
+                let chain = node
+                    .chain
+                    .as_ref()
+                    .expect("only operators that can be chained are");
+                let (sink, link) = chain(outs, rt).map_err(cannot_build)?;
+                let writer = (edge.writer)(
+                    graph.resolved_partition(edge),
+                    vec![sink],
+                    index as usize,
+                    graph.max_parallelism,
+                    config.batch_size,
+                );
+                outputs[edge.from][index as usize][position] = Some(writer);
+                let producer = SubtaskId::new(graph.nodes[edge.from].id(), index);
+                let mut links = vec![link];
+                links.extend(chains.remove(&subtask).unwrap_or_default());
+                chains.entry(producer).or_default().extend(links);
+                chained_to.insert(subtask, producer);
+            } else {
+                let mut rt = rt;
+                rt.chain = crate::chain::Chain::new(chains.remove(&subtask).unwrap_or_default());
+                let body = (node.factory)(ins, outs, rt).map_err(cannot_build)?;
+                bodies.push((subtask, format!("{}#{index}", node.uid), body));
+                heads.insert(subtask, control_tx.clone());
+                deployed
+                    .controls
+                    .insert(subtask, ControlSender::Local(control_tx));
+            }
             deployed.uids.insert(subtask, node.uid.clone());
             deployed
                 .metrics
@@ -303,9 +361,27 @@ pub fn deploy(
                 deployed.sources.push(subtask);
                 deployed.source_metrics.push(metrics);
             }
-            bodies.push((subtask, format!("{}#{index}", node.uid), body));
         }
     }
+    // A chained subtask's controls go to the head of its chain, which hands them on.
+    for (&subtask, &producer) in &chained_to {
+        let mut head = producer;
+        while let Some(&next) = chained_to.get(&head) {
+            head = next;
+        }
+        deployed.controls.insert(
+            subtask,
+            ControlSender::Chained {
+                subtask,
+                head: heads[&head].clone(),
+            },
+        );
+    }
+    bodies.reverse();
+    deployed.metrics.reverse();
+    deployed.all.reverse();
+    deployed.sources.reverse();
+    deployed.source_metrics.reverse();
     if let Some(Restore { metadata, .. }) = restore {
         let bytes = metadata.checkpoint.state_size();
         let ms = restore_start.elapsed().as_millis() as u64;

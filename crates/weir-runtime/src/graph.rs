@@ -9,6 +9,7 @@ use weir_core::{Data, OperatorId};
 use weir_state::StableHash;
 
 use crate::channel::{self, ChannelSink, Either};
+use crate::channel_state::ChannelStateCodec;
 use crate::error::{JobError, TaskError};
 use crate::gate::InputGate;
 use crate::operator::{OneInputOperator, SourceFunction};
@@ -29,6 +30,15 @@ pub type SubtaskBody = Box<dyn FnOnce() -> Result<(), TaskError> + Send>;
 /// Builds one subtask from its input receivers and output edge writers.
 pub type NodeFactory =
     Arc<dyn Fn(Vec<Erased>, Vec<Erased>, TaskRuntime) -> Result<SubtaskBody, String> + Send + Sync>;
+
+/// Builds a subtask chained behind its producer (see [`crate::chain`]) from its output edge
+/// writers: the sink its producer's writer sends into, and the link the head of its chain
+/// drives.
+pub type ChainFactory = Arc<
+    dyn Fn(Vec<Erased>, TaskRuntime) -> Result<(Erased, crate::chain::ChainLink), String>
+        + Send
+        + Sync,
+>;
 
 /// Makes the channels of an edge, typed by its records: in-process ones, and the two ends of
 /// one to or from another process (cluster mode).
@@ -60,6 +70,19 @@ pub enum NodeRole {
     Sink,
 }
 
+/// Whether an operator may share its producer's task loop, or its consumers its own (Flink's
+/// chaining strategies).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Chaining {
+    /// Chained behind its producer when it can be, and its consumers behind it.
+    #[default]
+    Always,
+    /// Starts a chain: never behind its producer, but its consumers may be chained behind it.
+    Head,
+    /// Never chained, to its producer or its consumers.
+    Never,
+}
+
 /// One operator of the job.
 #[derive(Clone)]
 pub struct Node {
@@ -69,6 +92,10 @@ pub struct Node {
     pub role: NodeRole,
     pub keyed: bool,
     pub factory: NodeFactory,
+    /// How the operator runs when chained behind its producer; `None` if it cannot be (a
+    /// source, or an operator of two inputs).
+    pub chain: Option<ChainFactory>,
+    pub chaining: Chaining,
 }
 
 impl Node {
@@ -94,6 +121,8 @@ pub struct JobGraph {
     pub max_parallelism: u32,
     pub nodes: Vec<Node>,
     pub edges: Vec<Edge>,
+    /// Whether operators are chained where they can be (`pipeline.operator-chaining.enabled`).
+    pub operator_chaining: bool,
 }
 
 impl JobGraph {
@@ -125,6 +154,32 @@ impl JobGraph {
             }
         }
         Ok(())
+    }
+
+    /// Per edge: whether its consumer runs chained behind its producer, in the producer's task
+    /// loop, wherever the two subtasks of a pair run in the same process. It does when chaining
+    /// is on, the edge is forward, the consumer reads this edge alone and can be chained, and
+    /// neither operator asks otherwise ([`Chaining`]).
+    pub fn chained_edges(&self) -> Vec<bool> {
+        let mut inputs = vec![0usize; self.nodes.len()];
+        for edge in &self.edges {
+            inputs[edge.to] += 1;
+        }
+        self.edges
+            .iter()
+            .map(|edge| {
+                let (from, to) = (&self.nodes[edge.from], &self.nodes[edge.to]);
+                self.operator_chaining
+                    // Deployment builds a consumer before its producer.
+                    && edge.from < edge.to
+                    && self.resolved_partition(edge) == Partition::Forward
+                    && from.parallelism == to.parallelism
+                    && inputs[edge.to] == 1
+                    && to.chain.is_some()
+                    && to.chaining == Chaining::Always
+                    && from.chaining != Chaining::Never
+            })
+            .collect()
     }
 
     /// The edge's partitioning with `Default` resolved as Flink does.
@@ -237,6 +292,40 @@ where
             .map_err(|_| "operator template poisoned")?
             .clone();
         Ok(Box::new(move || run_one_input(op, gate, out, rt)) as SubtaskBody)
+    })
+}
+
+/// How a one-input node's subtask runs chained behind its producer; each gets its own clone
+/// of `operator`.
+pub fn one_input_chain_factory<I, O, Op>(operator: Op) -> ChainFactory
+where
+    I: Data,
+    O: Clone + Send + 'static,
+    Op: OneInputOperator<I, O> + Clone,
+{
+    let template = Mutex::new(operator);
+    Arc::new(move |outputs, mut rt: TaskRuntime| {
+        // Its input channel's part of an unaligned checkpoint taken while it was not chained.
+        let replay = match rt.restored.channels.take() {
+            None => Vec::new(),
+            Some(bytes) => {
+                let mut channels = ChannelStateCodec::<I>::new().decode(&bytes)?;
+                if channels.len() != 1 {
+                    return Err(format!(
+                        "the checkpoint holds in-flight data of {} input channels and this subtask, chained behind its producer, has one: in-flight data of unaligned checkpoints restores only into the same job at the same parallelism (restore from a savepoint, which is always aligned, to change it)",
+                        channels.len()
+                    ));
+                }
+                channels.pop().unwrap_or_default()
+            }
+        };
+        let out = Output::new(writers::<O>(outputs)?, rt.batch_size);
+        let op = template
+            .lock()
+            .map_err(|_| "operator template poisoned")?
+            .clone();
+        let (sink, link) = crate::chained::chained::<I, O, Op>(op, out, rt, replay);
+        Ok((Box::new(sink) as Erased, link))
     })
 }
 

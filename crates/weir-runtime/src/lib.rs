@@ -15,10 +15,15 @@
 //! processing-time timers, which are keyed state ([`timer_service`]); windows and joins build
 //! on both ([`operators::window`]); an operator may emit a second stream ([`side_output`]).
 //!
+//! Operator chaining ([`chain`]): a one-input operator fed by a forward edge runs in its
+//! producer's task loop, called directly, with its own state, snapshots and metrics.
+//!
 //! Modules other crates build on are public; the rest is `pub(crate)`, with the names a job
 //! needs re-exported here.
 
 pub(crate) mod alignment;
+pub mod chain;
+pub(crate) mod chained;
 pub mod channel;
 pub mod channel_state;
 pub(crate) mod config;

@@ -79,7 +79,7 @@ impl<T: Send> EdgeWriter<T> for RoundRobinWriter<T> {
         Ok(())
     }
     fn flush(&mut self) -> Result<(), TaskError> {
-        Ok(())
+        self.channels.iter().try_for_each(|c| c.flush())
     }
     fn has_room(&self) -> bool {
         self.channels[self.next].has_room()
@@ -124,7 +124,7 @@ impl<T: Clone + Send> EdgeWriter<T> for BroadcastWriter<T> {
         last.send(Element::Records(batch))
     }
     fn flush(&mut self) -> Result<(), TaskError> {
-        Ok(())
+        self.channels.iter().try_for_each(|c| c.flush())
     }
     fn has_room(&self) -> bool {
         self.channels.iter().all(|c| c.has_room())
@@ -209,6 +209,7 @@ where
                 let batch = std::mem::replace(buffer, Vec::with_capacity(self.batch_size));
                 channel.send(Element::Records(batch))?;
             }
+            channel.flush()?;
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use weir_checkpoint::TaskStatus;
 use weir_core::{Barrier, CheckpointId, CheckpointingMode, SubtaskId, WatermarkStatus};
 
+use crate::chain::Chain;
 use crate::control::Drain;
 use crate::control::{CoordinatorMessage, JobEvent, TaskControl};
 use crate::error::TaskError;
@@ -53,6 +54,8 @@ pub struct TaskRuntime {
     /// The control channels of the subtasks this one sends to (in this process), which an
     /// unaligned checkpoint's barrier reaches ahead of the data queued for them.
     pub downstream: Vec<Sender<TaskControl>>,
+    /// The operators chained behind this subtask, which its loop drives (see [`crate::chain`]).
+    pub chain: Chain,
 }
 
 impl TaskRuntime {
@@ -75,7 +78,7 @@ impl TaskRuntime {
         out.barrier(barrier)
     }
 
-    fn report(&self, status: TaskStatus) {
+    pub(crate) fn report(&self, status: TaskStatus) {
         let _ = self.coordinator.send(CoordinatorMessage::TaskStatus {
             attempt: self.attempt,
             subtask: self.subtask,
@@ -85,7 +88,7 @@ impl TaskRuntime {
 
     /// Snapshots `op` for `barrier` — with `channels`, the channel state of an unaligned
     /// checkpoint — and hands the snapshot to the async workers.
-    fn snapshot<I, O>(
+    pub(crate) fn snapshot<I, O>(
         &mut self,
         op: &mut impl OneInputOperator<I, O>,
         barrier: Barrier,
@@ -145,7 +148,7 @@ impl TaskRuntime {
 
     /// After every batch: the injected failure, if one is due, and the first-record report of
     /// a restarted attempt (recovery time is measured up to it).
-    fn after_batch(&mut self) -> Result<(), TaskError> {
+    pub(crate) fn after_batch(&mut self) -> Result<(), TaskError> {
         self.metrics
             .set_backpressured(crate::channel::backpressured_ns());
         if let Some(injector) = self.injector.as_mut() {
@@ -164,12 +167,8 @@ impl TaskRuntime {
         Ok(())
     }
 
-    /// After end of input: keep serving checkpoint notifications (sinks commit on them) until
-    /// the job shuts down.
-    fn serve_until_shutdown(
-        &mut self,
-        mut on_complete: impl FnMut(weir_core::CheckpointId) -> Result<(), TaskError>,
-    ) -> Result<(), TaskError> {
+    /// After end of input: reports the subtask finished once its snapshots were acknowledged.
+    pub(crate) fn finished(&mut self) {
         // Invariant: a subtask reports itself finished only after its snapshots were
         // acknowledged, so the coordinator never mistakes a final checkpoint for an abandoned one.
         while self.in_flight > 0 {
@@ -180,13 +179,34 @@ impl TaskRuntime {
         }
         let _ = self.events.send(JobEvent::TaskFinished(self.subtask));
         self.report(TaskStatus::Finished);
+    }
+
+    /// After end of input: keep serving checkpoint notifications (sinks commit on them), its
+    /// own and its chain's, until the job shuts down.
+    fn serve_until_shutdown(
+        &mut self,
+        mut on_complete: impl FnMut(weir_core::CheckpointId) -> Result<(), TaskError>,
+    ) -> Result<(), TaskError> {
+        self.finished();
         loop {
             match self.control.recv() {
                 Ok(TaskControl::NotifyComplete(id)) => on_complete(id)?,
+                Ok(TaskControl::Chained { subtask, control }) => {
+                    self.chain.control(subtask, *control)?
+                }
                 Ok(TaskControl::Shutdown) | Ok(TaskControl::Cancel) | Err(_) => return Ok(()),
                 Ok(_) => {}
             }
         }
+    }
+
+    /// Fires what the chained operators have due.
+    fn drive_chain(&self, due: Option<Instant>) -> Result<(), TaskError> {
+        let now = Instant::now();
+        if due.is_some_and(|t| now >= t) {
+            self.chain.on_time(now)?;
+        }
+        Ok(())
     }
 }
 
@@ -202,15 +222,14 @@ where
     Op: OneInputOperator<I, O>,
 {
     op.open(&rt.ctx, std::mem::take(&mut rt.restored))?;
+    rt.chain.open()?;
     rt.report(TaskStatus::Running);
     loop {
         let flush_at = out.buffered_since().map(|t| t + rt.buffer_timeout);
         // Processing-time timers fire here, on the task loop, never from another thread.
         let timer_at = op.next_processing_timer().map(|d| Instant::now() + d);
-        let deadline = match (flush_at, timer_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let chain_at = rt.chain.deadline();
+        let deadline = [flush_at, timer_at, chain_at].into_iter().flatten().min();
         let event = if rt.unaligned && !out.has_room() {
             // Back-pressured: read no input (it would have to be sent on) until there is
             // room, but take control messages, and with them unaligned barriers, at once.
@@ -251,6 +270,9 @@ where
             }
             GateEvent::Control(TaskControl::NotifyComplete(id)) => op.notify_complete(id)?,
             GateEvent::Control(TaskControl::NotifyAborted(id)) => op.notify_aborted(id)?,
+            GateEvent::Control(TaskControl::Chained { subtask, control }) => {
+                rt.chain.control(subtask, *control)?
+            }
             GateEvent::Control(TaskControl::Cancel) | GateEvent::Control(TaskControl::Shutdown) => {
                 return Ok(())
             }
@@ -278,6 +300,7 @@ where
         {
             out.flush()?;
         }
+        rt.drive_chain(chain_at)?;
         rt.metrics.set_out(out.records_out());
     }
 }
@@ -329,15 +352,32 @@ where
         None => None,
     };
     source.open(&rt.ctx, positions)?;
+    rt.chain.open()?;
     rt.report(TaskStatus::Running);
     let mut exhausted = false;
     let mut batch = Vec::with_capacity(rt.batch_size);
     loop {
+        if rt.chain.len() > 0 {
+            rt.drive_chain(rt.chain.deadline())?;
+        }
         // Control between batches, never inside one.
         let control = if exhausted {
-            match rt.control.recv() {
+            // Waiting for the final checkpoint: the chain's timers and buffers still run.
+            let chain_at = rt.chain.deadline();
+            match chain_at.map_or_else(
+                || {
+                    rt.control
+                        .recv()
+                        .map_err(|_| RecvTimeoutError::Disconnected)
+                },
+                |at| rt.control.recv_deadline(at),
+            ) {
                 Ok(c) => Some(c),
-                Err(_) => return Ok(()),
+                Err(RecvTimeoutError::Timeout) => {
+                    rt.drive_chain(chain_at)?;
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
         } else {
             match rt.control.try_recv() {
@@ -527,6 +567,10 @@ where
             source.notify_complete(id)?;
             Next::Continue
         }
+        TaskControl::Chained { subtask, control } => {
+            rt.chain.control(subtask, *control)?;
+            Next::Continue
+        }
         // A source has no input channels for a barrier to overtake.
         TaskControl::NotifyAborted(_) | TaskControl::PriorityBarrier(_) => Next::Continue,
         TaskControl::Cancel | TaskControl::Shutdown => Next::Exit,
@@ -554,7 +598,7 @@ fn source_snapshot<T, S: SourceFunction<T>>(source: &mut S) -> Result<OperatorSn
     })
 }
 
-fn start_delay(barrier: Barrier) -> u64 {
+pub(crate) fn start_delay(barrier: Barrier) -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

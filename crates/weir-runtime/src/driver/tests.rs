@@ -42,6 +42,7 @@ fn running_driver_with_store(
         max_parallelism: 128,
         nodes: Vec::new(),
         edges: Vec::new(),
+        operator_chaining: true,
     };
     let (events, events_rx) = unbounded();
     let storage = CheckpointStorage::open(&dir.join("checkpoints"), JOB_NAME).unwrap();

@@ -143,6 +143,7 @@ pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> 
         return Err(CliError::usage("--parallelism must be at least 1"));
     }
     let env = StreamEnv::new("keyed-count");
+    env.set_operator_chaining(!args.run.no_chaining);
     let p = args.run.parallelism;
     env.set_parallelism(p);
     let mut generator = EventGenerator::new(7, args.keys);

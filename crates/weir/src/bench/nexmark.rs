@@ -67,6 +67,7 @@ pub fn run(args: NexmarkArgs) -> Result<(), CliError> {
     }
     let mut setup = Setup::new(&args.run, &format!("nexmark-{}", args.query))?;
     let env = StreamEnv::new(&format!("nexmark-{}", args.query));
+    env.set_operator_chaining(!args.run.no_chaining);
     env.set_parallelism(args.run.parallelism);
     let config = NexmarkConfig {
         events_per_second: args.event_rate.max(1),

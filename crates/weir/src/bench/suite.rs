@@ -64,6 +64,10 @@ pub struct RunArgs {
     /// checkpoint's size is then the state's.
     #[arg(long)]
     pub full_checkpoints: bool,
+    /// Run every operator in a task loop of its own (`pipeline.operator-chaining.enabled:
+    /// false`); by default an operator fed by a forward edge runs in its producer's loop.
+    #[arg(long)]
+    pub no_chaining: bool,
     /// Unaligned checkpoints (`execution.checkpointing.unaligned.enabled`): barriers overtake
     /// the records queued in the channels, which are stored with the checkpoint.
     #[arg(long)]

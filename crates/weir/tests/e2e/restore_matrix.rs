@@ -12,6 +12,10 @@
 //! `WEIR_RESTORE_MATRIX_SEED` to draw the same again). `WEIR_RESTORE_MATRIX=full` runs all of
 //! them (about 80, several minutes).
 //!
+//! Operator chaining is a dimension too: each case runs its first and its restored runs with
+//! chaining on or off (`pipeline.operator-chaining.enabled`), so that state and in-flight data
+//! taken with one restore into the other.
+//!
 //! With `WEIR_EXECUTION_CHECKPOINTING_UNALIGNED_ENABLED=true` (`scripts/test.sh` runs the
 //! matrix so once) every job takes unaligned checkpoints: a start point that holds in-flight
 //! data must then be refused at another parallelism, with the error that says to start from a
@@ -60,6 +64,8 @@ pub struct Case {
     pub claim: bool,
     pub from: u32,
     pub to: u32,
+    /// Operator chaining in the first run and in the restored runs.
+    pub chaining: [bool; 2],
 }
 
 const STARTS: [Start; 4] = [
@@ -68,6 +74,8 @@ const STARTS: [Start; 4] = [
     Start::RetainedIncremental,
     Start::RetainedFull,
 ];
+/// Chaining in the first and the restored runs, taken in turn by the parallelism changes.
+const CHAININGS: [[bool; 2]; 4] = [[true, true], [true, false], [false, true], [false, false]];
 const RESCALES: [(u32, u32); 6] = [(2, 2), (1, 2), (2, 3), (3, 2), (2, 8), (8, 1)];
 
 fn all_cases() -> Vec<Case> {
@@ -81,13 +89,14 @@ fn all_cases() -> Vec<Case> {
                 &[false, true]
             };
             for &claim in claims {
-                for (from, to) in RESCALES {
+                for (i, (from, to)) in RESCALES.into_iter().enumerate() {
                     cases.push(Case {
                         job,
                         start,
                         claim,
                         from,
                         to,
+                        chaining: CHAININGS[(i + usize::from(claim)) % CHAININGS.len()],
                     });
                 }
             }
@@ -147,9 +156,13 @@ impl Run {
         }
     }
 
-    /// The job's flags at parallelism `p` with checkpoints in `ckpt`.
-    fn args(&self, p: u32, ckpt: &Path, extra: &[String]) -> Vec<String> {
+    /// The job's flags at parallelism `p` with checkpoints in `ckpt`, for the first run or a
+    /// restored one.
+    fn args(&self, first: bool, p: u32, ckpt: &Path, extra: &[String]) -> Vec<String> {
         let mut args: Vec<String> = vec!["run".into(), self.job_name().into()];
+        let chaining = self.case.chaining[usize::from(!first)];
+        args.push("-D".into());
+        args.push(format!("pipeline.operator-chaining.enabled={chaining}"));
         match self.case.job {
             Job::Wordcount => {
                 args.push("--input".into());
@@ -369,7 +382,7 @@ pub fn first_run(run: &Run, rng: &mut Rng) -> Option<PathBuf> {
                 "--savepoint-root".to_string(),
                 run.path("savepoints").display().to_string(),
             ];
-            let mut spawned = run.spawn(&run.args(case.from, &ck1, &extra));
+            let mut spawned = run.spawn(&run.args(true, case.from, &ck1, &extra));
             let url = spawned.line_after("REST API and dashboard:");
             wait_for_checkpoints(&ck1, job, 1, &mut spawned);
             std::thread::sleep(Duration::from_millis(rng.below(100)));
@@ -408,7 +421,7 @@ pub fn first_run(run: &Run, rng: &mut Rng) -> Option<PathBuf> {
                 extra.push("-D".to_string());
                 extra.push("execution.checkpointing.incremental=false".to_string());
             }
-            let mut spawned = run.spawn(&run.args(case.from, &ck1, &extra));
+            let mut spawned = run.spawn(&run.args(true, case.from, &ck1, &extra));
             wait_for_checkpoints(&ck1, job, 2 + rng.below(2) as usize, &mut spawned);
             std::thread::sleep(Duration::from_millis(rng.below(150)));
             spawned.kill();
@@ -486,12 +499,12 @@ pub fn run_case(case: Case, rng: &mut Rng) {
     // with what to do instead, and the job is restored at its own.
     let mut to = case.to;
     if to != case.from && holds_channel_state(&ck1, run.job_name(), snapshot.as_deref()) {
-        run.spawn(&run.args(to, &ckpt, &restore)).refused();
+        run.spawn(&run.args(false, to, &ckpt, &restore)).refused();
         to = case.from;
     }
 
     // The restored run, killed at a random moment (possibly before its first checkpoint).
-    let spawned = run.spawn(&run.args(to, &ckpt, &restore));
+    let spawned = run.spawn(&run.args(false, to, &ckpt, &restore));
     std::thread::sleep(Duration::from_millis(200 + rng.below(600)));
     spawned.kill();
 
@@ -500,7 +513,7 @@ pub fn run_case(case: Case, rng: &mut Rng) {
     if snapshot.is_some() {
         resume.push("--resume".into());
     }
-    run.spawn(&run.args(to, &ckpt, &resume)).finish();
+    run.spawn(&run.args(false, to, &ckpt, &resume)).finish();
 
     run.assert_output_exactly_once();
     assert_verifies(run.dir.path(), &ckpt, "of the restored job");
@@ -583,6 +596,7 @@ fn a_wordcount_savepoint_restored_at_more_subtasks_reads_no_input_twice() {
         claim: false,
         from: 2,
         to: 3,
+        chaining: [true, false],
     };
     run_case(case, &mut Rng::new(seed()));
 }
@@ -595,6 +609,7 @@ fn a_job_started_from_a_retained_incremental_checkpoint_restores_after_its_direc
         claim: false,
         from: 2,
         to: 2,
+        chaining: [false, true],
     };
     run_case(case, &mut Rng::new(seed()));
 }

@@ -160,3 +160,34 @@ fn a_chained_operators_partly_filled_batch_leaves_within_the_buffer_timeout() {
     got.sort();
     assert_eq!(got, (0..10).map(|n| n * 2).collect::<Vec<_>>());
 }
+
+/// Refuses every batch as malformed.
+#[derive(Clone)]
+struct Refusing;
+
+impl SinkFunction<u64> for Refusing {
+    fn write_batch(&mut self, _batch: Vec<u64>) -> Result<(), TaskError> {
+        Err(TaskError::BadInput("record 7 is malformed".into()))
+    }
+}
+
+#[test]
+fn a_chained_operators_error_names_it_and_keeps_its_kind() {
+    let env = StreamEnv::new("refusing");
+    env.source("numbers", VecSource::new(vec![7u64]))
+        .sink("strict-out", Refusing);
+    let graph = env.build().unwrap();
+    assert_eq!(graph.chained_edges(), vec![true]);
+    let dir = tempfile::tempdir().unwrap();
+    let error = execute(&graph, &exec(dir.path()), &StopHandle::new(), &mut |_| {})
+        .expect_err("the sink refuses its input");
+    let message = error.to_string();
+    assert!(
+        message.contains(
+            "'strict-out' subtask 0 (chained behind its producer): record 7 is malformed"
+        ),
+        "{message}"
+    );
+    // Bad input is not retried, chained or not.
+    assert_eq!(error.exit_code(), 2, "{error:?}");
+}

@@ -59,12 +59,14 @@ where
         match element {
             Element::Records(batch) => {
                 self.rt.metrics.add_in(batch.len() as u64);
-                self.op.process_batch(batch, &mut self.out)?;
+                let processed = self.op.process_batch(batch, &mut self.out);
+                processed.map_err(|e| self.named(e))?;
                 self.out.take_error()?;
                 self.rt.after_batch()?;
             }
             Element::Watermark(w) => {
-                self.op.watermark(w, &mut self.out)?;
+                let fired = self.op.watermark(w, &mut self.out);
+                fired.map_err(|e| self.named(e))?;
                 self.out.take_error()?;
                 if self.op.forwards_watermarks() {
                     self.out.watermark(w)?;
@@ -82,7 +84,8 @@ where
                 self.out.barrier(barrier)?;
             }
             Element::EndOfInput => {
-                self.op.finish(&mut self.out)?;
+                let finished = self.op.finish(&mut self.out);
+                finished.map_err(|e| self.named(e))?;
                 self.out.end_of_input()?;
                 self.rt.metrics.set_out(self.out.records_out());
                 self.rt.finished();
@@ -91,6 +94,19 @@ where
         }
         self.rt.metrics.set_out(self.out.records_out());
         Ok(())
+    }
+
+    /// An error of the operator itself, named: it surfaces as its head's failure.
+    fn named(&self, error: TaskError) -> TaskError {
+        let what = format!(
+            "'{}' subtask {} (chained behind its producer)",
+            self.rt.uid, self.rt.subtask.index
+        );
+        match error {
+            TaskError::ChannelClosed | TaskError::Injected => error,
+            TaskError::BadInput(m) => TaskError::BadInput(format!("{what}: {m}")),
+            other => TaskError::User(format!("{what}: {other}")),
+        }
     }
 
     /// Hands on, ahead of the data, a barrier that overtakes it: to the subtasks this one
@@ -115,7 +131,8 @@ where
 
     fn open(&mut self) -> Result<(), TaskError> {
         let restored = std::mem::take(&mut self.rt.restored);
-        self.op.open(&self.rt.ctx, restored)?;
+        let opened = self.op.open(&self.rt.ctx, restored);
+        opened.map_err(|e| self.named(e))?;
         // What its input channel held in an unaligned checkpoint taken while it was not
         // chained came before anything its producer emits after the restore.
         for element in std::mem::take(&mut self.replay) {
@@ -126,11 +143,12 @@ where
     }
 
     fn control(&mut self, control: TaskControl) -> Result<(), TaskError> {
-        match control {
+        let handled = match control {
             TaskControl::NotifyComplete(id) => self.op.notify_complete(id),
             TaskControl::NotifyAborted(id) => self.op.notify_aborted(id),
             _ => Ok(()),
-        }
+        };
+        handled.map_err(|e| self.named(e))
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -147,7 +165,8 @@ where
 
     fn on_time(&mut self, now: Instant) -> Result<(), TaskError> {
         if self.op.next_processing_timer().is_some_and(|d| d.is_zero()) {
-            self.op.on_processing_time(&mut self.out)?;
+            let fired = self.op.on_processing_time(&mut self.out);
+            fired.map_err(|e| self.named(e))?;
             self.out.take_error()?;
         }
         let flush_due = self

@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
     pub json: bool,
+    /// `pipeline`: run every operator in a task loop of its own
+    /// (`pipeline.operator-chaining.enabled: false`).
+    #[arg(long)]
+    pub no_chaining: bool,
     /// `checkpoint`: keys of keyed state.
     #[arg(long, default_value_t = 1_000_000)]
     pub keys: u64,
@@ -94,6 +98,9 @@ pub fn run(mut args: BenchArgs) -> Result<(), CliError> {
     let scratch = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
     let mut config = Config::new();
     config.set("parallelism.default", &args.parallelism.to_string())?;
+    if args.no_chaining {
+        config.set("pipeline.operator-chaining.enabled", "false")?;
+    }
     config.set(
         "execution.checkpointing.dir",
         &scratch.join("checkpoints").to_string_lossy(),

@@ -57,6 +57,8 @@ pub struct EdgeInfo {
     pub from: usize,
     pub to: usize,
     pub partition: String,
+    /// Whether the consumer runs chained behind the producer (see [`crate::chain`]).
+    pub chained: bool,
 }
 
 /// Where a requested checkpoint or savepoint stands.
@@ -147,10 +149,12 @@ impl JobHandle {
         let edges = graph
             .edges
             .iter()
-            .map(|e| EdgeInfo {
+            .zip(graph.chained_edges())
+            .map(|(e, chained)| EdgeInfo {
                 from: e.from,
                 to: e.to,
                 partition: format!("{:?}", graph.resolved_partition(e)).to_uppercase(),
+                chained,
             })
             .collect();
         JobHandle {

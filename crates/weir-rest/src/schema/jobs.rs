@@ -355,7 +355,11 @@ fn plan(job: &JobHandle, jid: &str) -> Plan {
                     vertices.get(e.from).map(|from| PlanInput {
                         num: num as i64,
                         id: vertex_id(&from.uid),
-                        ship_strategy: e.partition.clone(),
+                        ship_strategy: if e.chained {
+                            format!("{} (chained)", e.partition)
+                        } else {
+                            e.partition.clone()
+                        },
                         exchange: "pipelined_bounded",
                     })
                 })

@@ -41,6 +41,16 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
         .map(|v| v["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["events", "spend-per-user", "milestones"]);
+    // The plan says how records travel: hashed into the keyed sum, whose subtasks run the
+    // sink chained behind them.
+    let strategies: Vec<&str> = details["plan"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| n["inputs"].as_array().unwrap())
+        .map(|i| i["ship_strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(strategies, ["HASH", "FORWARD (chained)"]);
     assert!(details["vertices"]
         .as_array()
         .unwrap()

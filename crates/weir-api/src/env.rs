@@ -77,6 +77,24 @@ impl StreamEnv {
     /// channel and a thread of its own. Each operator keeps its own state, snapshots and
     /// metrics either way. `DataStream::disable_chaining` and `start_new_chain` set it per
     /// operator.
+    ///
+    /// ```
+    /// use weir_api::prelude::*;
+    ///
+    /// let env = StreamEnv::new("chains");
+    /// env.set_parallelism(2);
+    /// env.source("numbers", VecSource::new(vec![1u64, 2, 3]))
+    ///     .map("double", |n: u64| n * 2) // chained behind the source
+    ///     .key_by(|n: &u64| *n)
+    ///     .count("counts") // a hash edge: a task loop of its own
+    ///     .sink("out", CollectSink::default()) // chained behind the counts
+    ///     .disable_chaining(); // ... unless it asks otherwise
+    /// assert_eq!(env.build()?.chained_edges(), [true, false, false]);
+    ///
+    /// env.set_operator_chaining(false);
+    /// assert_eq!(env.build()?.chained_edges(), [false, false, false]);
+    /// # Ok::<(), weir_runtime::JobError>(())
+    /// ```
     pub fn set_operator_chaining(&self, enabled: bool) -> &Self {
         self.inner.borrow_mut().operator_chaining = enabled;
         self

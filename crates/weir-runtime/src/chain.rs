@@ -59,10 +59,14 @@ impl ChainLink {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, dyn ChainMember + 'static>, TaskError> {
-        self.0
-            .lock()
-            .map_err(|_| TaskError::Panic("a chained operator panicked earlier".into()))
+        self.0.lock().map_err(|_| poisoned())
     }
+}
+
+/// The error of a chained operator whose lock a panic poisoned (the panic itself fails the
+/// head's subtask first).
+pub(crate) fn poisoned() -> TaskError {
+    TaskError::Panic("a chained operator panicked earlier".into())
 }
 
 /// The operators chained behind one head, nearest first (an operator's own followers come
@@ -77,8 +81,8 @@ impl Chain {
         Chain { links }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.links.len()
+    pub(crate) fn is_empty(&self) -> bool {
+        self.links.is_empty()
     }
 
     /// Opens the chain from its far end: an operator's consumers are open before it is, so

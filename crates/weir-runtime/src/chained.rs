@@ -6,7 +6,7 @@ use std::time::Instant;
 use weir_checkpoint::TaskStatus;
 use weir_core::{Barrier, Element, SubtaskId};
 
-use crate::chain::{ChainLink, ChainMember};
+use crate::chain::{poisoned, ChainLink, ChainMember};
 use crate::channel::ChannelSink;
 use crate::control::TaskControl;
 use crate::error::TaskError;
@@ -157,10 +157,7 @@ where
             .buffered_since()
             .map(|t| t + self.rt.buffer_timeout);
         let timer = self.op.next_processing_timer().map(|d| Instant::now() + d);
-        match (flush, timer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        flush.into_iter().chain(timer).min()
     }
 
     fn on_time(&mut self, now: Instant) -> Result<(), TaskError> {
@@ -188,9 +185,7 @@ struct ChainedSink<I, O, Op>(Arc<Mutex<ChainedOperator<I, O, Op>>>);
 
 impl<I, O, Op> ChainedSink<I, O, Op> {
     fn lock(&self) -> Result<MutexGuard<'_, ChainedOperator<I, O, Op>>, TaskError> {
-        self.0
-            .lock()
-            .map_err(|_| TaskError::Panic("a chained operator panicked earlier".into()))
+        self.0.lock().map_err(|_| poisoned())
     }
 }
 

@@ -64,6 +64,19 @@ impl<T> ChannelStateCodec<T> {
     pub fn decode(&self, bytes: &[u8]) -> Result<Channels<T>, String> {
         (self.decode)(bytes)
     }
+
+    /// The queues `bytes` holds for a subtask restored with `channels` input channels, refused
+    /// if the checkpoint holds another number of them.
+    pub fn restore(&self, bytes: &[u8], channels: usize) -> Result<Channels<T>, String> {
+        let restored = self.decode(bytes)?;
+        if restored.len() != channels {
+            return Err(format!(
+                "the checkpoint holds in-flight data of {} input channels and this subtask has {channels}: in-flight data of unaligned checkpoints restores only into the same job at the same parallelism (restore from a savepoint, which is always aligned, to change it)",
+                restored.len()
+            ));
+        }
+        Ok(restored)
+    }
 }
 
 /// An element that is channel state: data and event time, not control.

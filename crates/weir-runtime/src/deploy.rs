@@ -237,7 +237,7 @@ pub fn deploy(
     };
     let local_before = local_reads(&restore);
     let alignment = crate::alignment::AlignmentGroups::default();
-    let restored_states = match restore {
+    let mut restored_states = match restore {
         Some(r) => read_states(
             graph,
             r,
@@ -245,16 +245,8 @@ pub fn deploy(
             &config.state_backend.rocksdb_local_dir,
             config.state_backend.kind == weir_core::config::StateBackendKind::RocksDb,
         )?,
-        None => Vec::new(),
+        None => HashMap::new(),
     };
-    // In the order `read_states` reads them: the local subtasks, node by node.
-    let mut restored_states: HashMap<SubtaskId, _> = graph
-        .nodes
-        .iter()
-        .flat_map(|node| (0..node.parallelism).map(|index| SubtaskId::new(node.id(), index)))
-        .filter(|s| is_local(*s))
-        .zip(restored_states)
-        .collect();
     // The operators chained behind each subtask, nearest first, and each chained subtask's
     // producer.
     let mut chains: HashMap<SubtaskId, Vec<crate::chain::ChainLink>> = HashMap::new();

@@ -202,14 +202,7 @@ impl<T> InputGate<T> {
         restored: Option<&[u8]>,
     ) -> Result<InputGate<T>, String> {
         if let Some(bytes) = restored {
-            let channels = codec.decode(bytes)?;
-            if channels.len() != self.channels.len() {
-                return Err(format!(
-                    "the checkpoint holds in-flight data of {} input channels and this subtask has {}: in-flight data of unaligned checkpoints restores only into the same job at the same parallelism (restore from a savepoint, which is always aligned, to change it)",
-                    channels.len(),
-                    self.channels.len()
-                ));
-            }
+            let channels = codec.restore(bytes, self.channels.len())?;
             self.replay = channels.into_iter().map(VecDeque::from).collect();
         }
         self.codec = Some(codec);

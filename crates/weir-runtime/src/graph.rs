@@ -217,6 +217,14 @@ fn receivers<I: 'static>(inputs: Vec<Erased>) -> Result<Vec<InputChannel<I>>, St
         .collect()
 }
 
+/// A subtask's own clone of a factory's `template` (`what` names it in the error).
+fn instance<T: Clone>(template: &Mutex<T>, what: &str) -> Result<T, String> {
+    template
+        .lock()
+        .map(|t| t.clone())
+        .map_err(|_| format!("{what} template poisoned"))
+}
+
 /// The factory of a source node; each subtask gets its own clone of `source`.
 pub fn source_factory<T, S>(source: S) -> NodeFactory
 where
@@ -228,10 +236,7 @@ where
     let template = Mutex::new(source);
     Arc::new(move |_inputs, outputs, rt: TaskRuntime| {
         let out = Output::new(writers::<T>(outputs)?, rt.batch_size);
-        let source = template
-            .lock()
-            .map_err(|_| "source template poisoned")?
-            .clone();
+        let source = instance(&template, "source")?;
         Ok(Box::new(move || run_source(source, out, rt)) as SubtaskBody)
     })
 }
@@ -250,10 +255,7 @@ where
     let template = Arc::new(Mutex::new((source, strategy)));
     Arc::new(move |_inputs, outputs, rt: TaskRuntime| {
         let out = Output::new(writers::<T>(outputs)?, rt.batch_size);
-        let (source, strategy) = template
-            .lock()
-            .map_err(|_| "source template poisoned")?
-            .clone();
+        let (source, strategy) = instance(&template, "source")?;
         let driver = SourceWatermarkDriver::new(strategy).aligned(&rt.alignment);
         Ok(Box::new(move || run_source_with_watermarks(source, driver, out, rt)) as SubtaskBody)
     })
@@ -287,10 +289,7 @@ where
             None => {}
         }
         let out = Output::new(writers::<O>(outputs)?, rt.batch_size);
-        let op = template
-            .lock()
-            .map_err(|_| "operator template poisoned")?
-            .clone();
+        let op = instance(&template, "operator")?;
         Ok(Box::new(move || run_one_input(op, gate, out, rt)) as SubtaskBody)
     })
 }
@@ -308,22 +307,13 @@ where
         // Its input channel's part of an unaligned checkpoint taken while it was not chained.
         let replay = match rt.restored.channels.take() {
             None => Vec::new(),
-            Some(bytes) => {
-                let mut channels = ChannelStateCodec::<I>::new().decode(&bytes)?;
-                if channels.len() != 1 {
-                    return Err(format!(
-                        "the checkpoint holds in-flight data of {} input channels and this subtask, chained behind its producer, has one: in-flight data of unaligned checkpoints restores only into the same job at the same parallelism (restore from a savepoint, which is always aligned, to change it)",
-                        channels.len()
-                    ));
-                }
-                channels.pop().unwrap_or_default()
-            }
+            Some(bytes) => ChannelStateCodec::<I>::new()
+                .restore(&bytes, 1)?
+                .pop()
+                .unwrap_or_default(),
         };
         let out = Output::new(writers::<O>(outputs)?, rt.batch_size);
-        let op = template
-            .lock()
-            .map_err(|_| "operator template poisoned")?
-            .clone();
+        let op = instance(&template, "operator")?;
         let (sink, link) = crate::chained::chained::<I, O, Op>(op, out, rt, replay);
         Ok((Box::new(sink) as Erased, link))
     })

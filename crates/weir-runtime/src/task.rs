@@ -202,9 +202,11 @@ impl TaskRuntime {
 
     /// Fires what the chained operators have due.
     fn drive_chain(&self, due: Option<Instant>) -> Result<(), TaskError> {
-        let now = Instant::now();
-        if due.is_some_and(|t| now >= t) {
-            self.chain.on_time(now)?;
+        if let Some(due) = due {
+            let now = Instant::now();
+            if now >= due {
+                self.chain.on_time(now)?;
+            }
         }
         Ok(())
     }
@@ -357,7 +359,7 @@ where
     let mut exhausted = false;
     let mut batch = Vec::with_capacity(rt.batch_size);
     loop {
-        if rt.chain.len() > 0 {
+        if !rt.chain.is_empty() {
             rt.drive_chain(rt.chain.deadline())?;
         }
         // Control between batches, never inside one.

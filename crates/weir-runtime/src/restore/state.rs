@@ -490,8 +490,8 @@ fn read_chained_files(
     Ok(files)
 }
 
-/// Reads the state of every subtask of `graph` from `metadata`, in the order of the graph's
-/// nodes and their subtasks, on a few threads at once: the files of a large state are read
+/// Reads the state of every subtask of `graph` from `metadata`, by subtask, on a few threads
+/// at once: the files of a large state are read
 /// side by side (each read waits on the disk), then each subtask decodes its own in its thread.
 /// Only the subtasks that run in this process are read. The first error in that order is
 /// returned.
@@ -501,7 +501,7 @@ pub(crate) fn read_states(
     is_local: &dyn Fn(SubtaskId) -> bool,
     scratch: &Path,
     in_place: bool,
-) -> Result<Vec<RestoredState>, JobError> {
+) -> Result<HashMap<SubtaskId, RestoredState>, JobError> {
     let in_place = in_place.then_some(graph.max_parallelism);
     let Restore {
         storage,
@@ -554,5 +554,11 @@ pub(crate) fn read_states(
             .collect()
     });
     results.sort_unstable_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
+    results
+        .into_iter()
+        .map(|(i, r)| {
+            let (node, index) = subtasks[i];
+            r.map(|state| (SubtaskId::new(node.id(), index), state))
+        })
+        .collect()
 }

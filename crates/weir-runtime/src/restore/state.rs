@@ -491,8 +491,8 @@ fn read_chained_files(
 }
 
 /// Reads the state of every subtask of `graph` from `metadata`, by subtask, on a few threads
-/// at once: the files of a large state are read
-/// side by side (each read waits on the disk), then each subtask decodes its own in its thread.
+/// at once: the files of a large state are read side by side (each read waits on the disk),
+/// then each subtask decodes its own in its thread.
 /// Only the subtasks that run in this process are read. The first error in that order is
 /// returned.
 pub(crate) fn read_states(

@@ -607,6 +607,19 @@ fn start_attempt(
         }
     };
     tracing::info!(attempt, subtasks = deployed.all.len(), "deployed");
+    // A data connection given up because its peer went silent fails the attempt at once,
+    // named after one of this task manager's subtasks (the job manager restarts them all).
+    if let Some(&subtask) = deployed.all.first() {
+        let events = events.clone();
+        net.report_faults(move |error| {
+            tracing::warn!(attempt, %error, "failing the attempt");
+            let _ = events.send(JobEvent::TaskFailed {
+                subtask,
+                error,
+                recoverable: true,
+            });
+        });
+    }
     *metrics.lock().expect("metrics lock") = Some((
         attempt,
         deployed
@@ -624,6 +637,8 @@ fn start_attempt(
         for (_, t) in threads {
             let _ = t.join();
         }
+        // Its events sender goes too: the forwarder below waits for every one.
+        net.stop_reporting_faults();
         // Invariant: every event of the attempt, then its final counts, reach the job manager
         // before the attempt is reported stopped; after that it takes nothing more from it.
         drop(events);

@@ -26,10 +26,11 @@
 //! fails the connection on both ends within the plane's peer timeout (twice the task manager's
 //! `heartbeat.timeout`): data unacknowledged for that long, or keepalive probes of an idle
 //! connection unanswered ([`give_up_silent_peer`]); a connection attempt gives up each try
-//! after the handshake wait. A producer whose connection failed while its attempt still needed
-//! it fails with the cause, and the job manager restarts the job from its latest checkpoint at
-//! once, instead of waiting for a checkpoint to expire; connections the attempt itself closes
-//! end its subtasks quietly, as before.
+//! after the handshake wait. A connection given up that way while its attempt still needs it
+//! fails the attempt at once, through the task manager ([`AttemptNet::report_faults`]), and the
+//! job manager restarts the job from its latest checkpoint instead of waiting for a checkpoint
+//! to expire; a producer that sends on it afterwards fails with the same cause. Connections the
+//! attempt itself closes end its subtasks quietly, as before.
 //!
 //! With mutual TLS on ([`crate::tls`]), a connection opens with a TLS 1.3 handshake in which
 //! each side presents its certificate and checks the other's against the cluster's CA; all
@@ -165,6 +166,7 @@ impl DataPlane {
             conns: Mutex::new(HashMap::new()),
             decoders: Mutex::new(HashMap::new()),
             outbound: Mutex::new(HashMap::new()),
+            faults: Arc::new(Mutex::new(None)),
         });
         let stale: Vec<Arc<AttemptNet>> = {
             let mut attempts = self.inner.attempts.lock().expect("attempts lock");
@@ -376,7 +378,13 @@ pub struct AttemptNet {
     decoders: Mutex<HashMap<ChannelKey, Decoders>>,
     /// Producer side: the connection to each consumer task manager.
     outbound: Mutex<HashMap<String, Arc<Outbound>>>,
+    /// Where a connection given up because its peer went silent is reported, while the
+    /// attempt's task manager listens ([`AttemptNet::report_faults`]).
+    faults: Arc<Mutex<Option<FaultReport>>>,
 }
+
+/// Takes the cause of a data connection given up while the attempt still needed it.
+type FaultReport = Box<dyn Fn(String) + Send>;
 
 /// Consumer side: where one channel's frames go.
 struct Decoders {
@@ -475,6 +483,25 @@ struct Credit {
 }
 
 impl AttemptNet {
+    /// From now on, a connection to a consumer task manager given up because it went silent
+    /// fails the attempt through `report` (with the cause), at once. Its producers learn of it
+    /// too, but only when they next send to that task manager: one blocked elsewhere — on a
+    /// local channel whose consumer waits, to align a checkpoint, for a barrier that crossed
+    /// the lost connection — would never send again, and nothing would fail the attempt.
+    pub fn report_faults(&self, report: impl Fn(String) + Send + 'static) {
+        if let Ok(mut faults) = self.faults.lock() {
+            *faults = Some(Box::new(report));
+        }
+    }
+
+    /// Stops reporting faults (see [`report_faults`](Self::report_faults)): the attempt's
+    /// subtasks have ended, and whatever `report` holds is released.
+    pub fn stop_reporting_faults(&self) {
+        if let Ok(mut faults) = self.faults.lock() {
+            *faults = None;
+        }
+    }
+
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         for conn in self.conns.lock().expect("conns lock").values() {
@@ -546,6 +573,7 @@ impl AttemptNet {
         let (generation, me, tm) = (self.generation, self.me.clone(), tm.to_string());
         let (secret, tls) = (self.secret.clone(), self.tls.clone());
         let peer_timeout = self.peer_timeout;
+        let faults = self.faults.clone();
         let weak = Arc::downgrade(&out);
         std::thread::Builder::new()
             .name("data-out".into())
@@ -569,6 +597,9 @@ impl AttemptNet {
                 if let Some(out) = weak.upgrade() {
                     if let Some(fault) = fault {
                         if !out.closing.load(Ordering::Acquire) {
+                            if let Some(report) = faults.lock().ok().as_deref().and_then(Option::as_ref) {
+                                report(connection_failed(&tm, &fault));
+                            }
                             let _ = out.fault.set(fault);
                         }
                     }
@@ -578,6 +609,12 @@ impl AttemptNet {
             .map_err(|e| JobError::Failed(format!("cannot start a data connection thread: {e}")))?;
         Ok(out)
     }
+}
+
+/// The error a data connection to task manager `peer` given up for `cause` fails the attempt
+/// with.
+fn connection_failed(peer: &str, cause: &str) -> String {
+    format!("the data connection to task manager {peer} failed: {cause}")
 }
 
 /// Why an outbound connection ended.
@@ -741,10 +778,7 @@ impl Outbound {
                 }
             }
         };
-        TaskError::Io(std::io::Error::other(format!(
-            "the data connection to task manager {} failed: {cause}",
-            self.peer
-        )))
+        TaskError::Io(std::io::Error::other(connection_failed(&self.peer, &cause)))
     }
 
     /// The connection is gone: every producer waiting for credit on it wakes up and fails.

@@ -107,7 +107,10 @@ fn a_task_manager_cut_off_from_its_peers_but_not_the_job_manager_fails_over_and_
     }
     let log = c.finished(0, Duration::from_secs(90));
     // Noticed by the data connections across the partition, which went silent (within twice
-    // the task managers' heartbeat timeout), not by a checkpoint expiring.
+    // the task managers' heartbeat timeout), not by a checkpoint expiring — also when no
+    // producer sends across it any more (each blocked on a local channel whose consumer waits
+    // for a barrier from the other side): the task manager that gave a connection up fails
+    // the attempt itself.
     assert!(log.contains("the data connection to task manager"), "{log}");
     assert!(
         !log.contains("expired before every subtask acknowledged"),

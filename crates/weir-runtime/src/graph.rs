@@ -370,7 +370,7 @@ pub fn right_channels<A: Data, B: Data>() -> ChannelFactory {
 
 fn remote_input<T: Data, U: Data>(
     capacity: usize,
-    wrap: fn(T) -> U,
+    wrap: impl Fn(T) -> U + Send + 'static,
 ) -> (FrameDecoder, RemoteInput) {
     let (rx, decoder) = remote_receiver::<T, U>(capacity, wrap);
     let complete = move |credit: CreditReturn| Box::new(InputChannel::remote(rx, credit)) as Erased;

@@ -4,8 +4,11 @@
 //! This module is where the two meet: a [`Network`] (the cluster's data plane) moves frames
 //! with credit-based flow control, and each edge's channel factory (in the job graph) turns a
 //! frame writer into a typed [`ChannelSink`] (encoding one [`Element`] per frame in the
-//! [`wire_format`](crate::wire_format)) and a typed receiver into a frame decoder. Records
-//! still move in batches: one frame is one batch, a barrier or a watermark.
+//! [`wire_format`](crate::wire_format)) and a typed receiver into a frame decoder. A frame is
+//! one batch, a barrier, a watermark or the end of input; the batches a producer sends one
+//! remote channel in a row are merged into frames of about [`FRAME_TARGET`] bytes, each one
+//! batch to the consumer (and one credit), so that a frame, not each batch of the producer,
+//! pays for the system calls, the consumer's wake-up and the credits.
 //!
 //! Flow control: the consumer's queue of a remote channel holds `capacity` elements, and the
 //! producer may only send as many frames as the consumer granted credits. The consumer's gate
@@ -38,6 +41,7 @@ use crate::channel::{ChannelSink, Either};
 use crate::channel_state::ChannelStateCodec;
 use crate::control::TaskControl;
 use crate::error::{JobError, TaskError};
+use crate::wire_format::RecordsFrame;
 
 /// Names one channel of a job: an edge of the graph (its index), and the producer and consumer
 /// subtasks' indexes. The same on every process, since every process builds the same graph.
@@ -56,13 +60,14 @@ pub const FRAME_HEADER: usize = 17;
 pub trait FrameWriter: Send {
     /// Blocks until the consumer granted a credit (the wait counts as back-pressure), then
     /// sends `frame`: [`FRAME_HEADER`] bytes for the writer to fill, then the payload. Fails
-    /// once the connection is gone or the attempt was cancelled.
-    fn write(&mut self, frame: Vec<u8>) -> Result<(), TaskError>;
+    /// once the connection is gone or the attempt was cancelled. The frame is borrowed: the
+    /// sink encodes every frame of its channel into the same buffer.
+    fn write(&mut self, frame: &mut [u8]) -> Result<(), TaskError>;
     /// Sends `frame` (laid out as for [`write`](Self::write), its payload an encoded
     /// [`Barrier`]) as a priority frame: at once, spending no credit, ahead of every frame
     /// still waiting for one. A channel whose connection is not up yet has carried nothing for
     /// the barrier to overtake: the frame is then dropped, and the barrier follows in-band.
-    fn write_priority(&mut self, frame: Vec<u8>) -> Result<(), TaskError>;
+    fn write_priority(&mut self, frame: &mut [u8]) -> Result<(), TaskError>;
     /// Whether the consumer has room: a credit beyond the elements it holds back (see
     /// [`ConsumerCredits::held`]).
     fn has_room(&self) -> bool;
@@ -152,69 +157,133 @@ impl<T: Data> InputChannel<T> {
     }
 }
 
-/// A remote channel's producer end for elements of `T`: one frame per element.
+/// How large a frame of records grows before it goes out: batches bound for the same remote
+/// channel are merged into one frame up to about this many bytes, so that the producer's
+/// system calls, the consumer's wake-ups and the credits returned are one per frame rather than
+/// one per batch. A frame that stays smaller leaves with the next barrier, watermark or end of
+/// input, or when the producer flushes its output (its buffer timeout, or when it goes idle),
+/// so a record waits no longer than it waits in a partly filled batch.
+pub const FRAME_TARGET: usize = 128 << 10;
+
+/// The producer's end of a remote channel for elements of `T`. Batches of records are merged
+/// into frames of about [`FRAME_TARGET`] bytes; every other element is a frame of its own,
+/// after the records sent before it.
 struct RemoteSink<T> {
-    writer: std::sync::Mutex<Box<dyn FrameWriter>>,
-    /// The size of the largest frame so far: each buffer starts that large, so encoding a
-    /// batch does not grow it step by step.
-    largest_frame: std::sync::atomic::AtomicUsize,
+    /// Uncontended: only the producer's own task loop uses its channel.
+    out: std::sync::Mutex<Outgoing>,
     _records: std::marker::PhantomData<fn(T)>,
 }
 
+struct Outgoing {
+    writer: Box<dyn FrameWriter>,
+    /// Every frame is encoded here, after [`FRAME_HEADER`] bytes left for the writer: no
+    /// allocation per frame.
+    buffer: Vec<u8>,
+    /// The frame of records being filled in `buffer`, if one is.
+    filling: Option<RecordsFrame>,
+}
+
+impl Outgoing {
+    /// Sends the frame of records being filled, if any.
+    fn send_records(&mut self) -> Result<(), TaskError> {
+        match self.filling.take() {
+            Some(_) => self.writer.write(&mut self.buffer),
+            None => Ok(()),
+        }
+    }
+
+    fn start_frame(&mut self) {
+        self.buffer.clear();
+        self.buffer.resize(FRAME_HEADER, 0);
+    }
+}
+
+fn unserialisable(what: &str, e: crate::wire_format::WireError) -> TaskError {
+    TaskError::user(format!("cannot serialise {what} for the network: {e}"))
+}
+
 impl<T> RemoteSink<T> {
-    /// The writer; uncontended: only the producer's own task loop uses its channel.
-    fn writer(&self) -> Result<std::sync::MutexGuard<'_, Box<dyn FrameWriter>>, TaskError> {
-        self.writer.lock().map_err(|_| TaskError::ChannelClosed)
+    fn out(&self) -> Result<std::sync::MutexGuard<'_, Outgoing>, TaskError> {
+        self.out.lock().map_err(|_| TaskError::ChannelClosed)
     }
 }
 
 impl<T: Data> ChannelSink<T> for RemoteSink<T> {
     fn send(&self, element: Element<T>) -> Result<(), TaskError> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut frame = Vec::with_capacity(self.largest_frame.load(Relaxed).max(64));
-        frame.resize(FRAME_HEADER, 0);
-        crate::wire_format::encode_into(&element, &mut frame).map_err(|e| {
-            TaskError::user(format!("cannot serialise a batch for the network: {e}"))
-        })?;
-        self.largest_frame.fetch_max(frame.len(), Relaxed);
-        self.writer()?.write(frame)
+        let mut out = self.out()?;
+        let out = &mut *out;
+        if let Element::Records(batch) = &element {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            if out.filling.is_none() {
+                out.start_frame();
+                out.filling = Some(
+                    RecordsFrame::start::<T>(&mut out.buffer)
+                        .map_err(|e| unserialisable("a batch", e))?,
+                );
+            }
+            let frame = out.filling.as_mut().expect("a frame is being filled");
+            frame
+                .append(&mut out.buffer, batch)
+                .map_err(|e| unserialisable("a batch", e))?;
+            // Records that encode to nothing (unit structs) grow no frame: bound those by count.
+            if out.buffer.len() >= FRAME_TARGET || frame.records() >= FRAME_TARGET as u32 {
+                out.send_records()?;
+            }
+            return Ok(());
+        }
+        out.send_records()?;
+        out.start_frame();
+        crate::wire_format::encode_into(&element, &mut out.buffer)
+            .map_err(|e| unserialisable("an element", e))?;
+        out.writer.write(&mut out.buffer)
+    }
+
+    fn flush(&self) -> Result<(), TaskError> {
+        self.out()?.send_records()
     }
 
     fn has_room(&self) -> bool {
-        self.writer().is_ok_and(|w| w.has_room())
+        self.out().is_ok_and(|out| out.writer.has_room())
     }
 
     fn announce(&self, barrier: Barrier) -> Result<(), TaskError> {
+        // Its own buffer: the records being filled stay where they are, behind the barrier's
+        // in-band place.
         let mut frame = vec![0u8; FRAME_HEADER];
-        crate::wire_format::encode_into(&barrier, &mut frame).map_err(|e| {
-            TaskError::user(format!("cannot serialise a barrier for the network: {e}"))
-        })?;
-        self.writer()?.write_priority(frame)
+        crate::wire_format::encode_into(&barrier, &mut frame)
+            .map_err(|e| unserialisable("a barrier", e))?;
+        self.out()?.writer.write_priority(&mut frame)
     }
 }
 
 /// The producer end of a remote channel carrying `T`.
 pub fn remote_sink<T: Data>(writer: Box<dyn FrameWriter>) -> Box<dyn ChannelSink<T>> {
     Box::new(RemoteSink::<T> {
-        writer: std::sync::Mutex::new(writer),
-        largest_frame: std::sync::atomic::AtomicUsize::new(0),
+        out: std::sync::Mutex::new(Outgoing {
+            writer,
+            buffer: Vec::new(),
+            filling: None,
+        }),
         _records: std::marker::PhantomData,
     })
 }
 
 /// The consumer end of a remote channel: a queue of `capacity` elements of `U` and the decoder
 /// that fills it with elements of `T` (as sent), converted by `wrap` (identity, or into one side
-/// of an [`Either`]).
+/// of an [`Either`]). `wrap` is a type parameter, not a function pointer: it is inlined into the
+/// loop over a batch, and the identity compiles to nothing (the batch keeps its allocation).
 pub fn remote_receiver<T: Data, U: Send + 'static>(
     capacity: usize,
-    wrap: fn(T) -> U,
+    wrap: impl Fn(T) -> U + Send + 'static,
 ) -> (crossbeam_channel::Receiver<Element<U>>, FrameDecoder) {
     let (tx, rx) = crossbeam_channel::bounded(capacity.max(1));
     let decoder = move |frame: &[u8]| -> Result<(), String> {
         let element: Element<T> = crate::wire_format::decode(frame)
             .map_err(|e| format!("a frame of {} bytes does not decode: {e}", frame.len()))?;
         let element = match element {
-            Element::Records(batch) => Element::Records(batch.into_iter().map(wrap).collect()),
+            Element::Records(batch) => Element::Records(batch.into_iter().map(&wrap).collect()),
             Element::Watermark(w) => Element::Watermark(w),
             Element::WatermarkStatus(s) => Element::WatermarkStatus(s),
             Element::Barrier(b) => Element::Barrier(b),
@@ -285,12 +354,12 @@ mod tests {
     }
     struct Shared(Arc<std::sync::Mutex<Loopback>>);
     impl FrameWriter for Shared {
-        fn write(&mut self, frame: Vec<u8>) -> Result<(), TaskError> {
-            self.0.lock().unwrap().frames.push(frame);
+        fn write(&mut self, frame: &mut [u8]) -> Result<(), TaskError> {
+            self.0.lock().unwrap().frames.push(frame.to_vec());
             Ok(())
         }
-        fn write_priority(&mut self, frame: Vec<u8>) -> Result<(), TaskError> {
-            self.0.lock().unwrap().priority.push(frame);
+        fn write_priority(&mut self, frame: &mut [u8]) -> Result<(), TaskError> {
+            self.0.lock().unwrap().priority.push(frame.to_vec());
             Ok(())
         }
         fn has_room(&self) -> bool {
@@ -349,9 +418,17 @@ mod tests {
         sink.send(Element::Records(vec![1, 2])).unwrap();
         let barrier = checkpoint(9, weir_core::BarrierAlignment::Unaligned);
         sink.announce(barrier).unwrap();
+        {
+            let wire = wire.lock().unwrap();
+            assert!(
+                wire.frames.is_empty(),
+                "the records still fill their frame: the announcement is no data frame"
+            );
+            assert_eq!(wire.priority.len(), 1);
+        }
+        sink.flush().unwrap();
         let wire = wire.lock().unwrap();
-        assert_eq!(wire.frames.len(), 1, "the announcement is no data frame");
-        assert_eq!(wire.priority.len(), 1);
+        assert_eq!(wire.frames.len(), 1);
         let (control, controls) = crossbeam_channel::unbounded();
         let mut decode = priority_receiver(control);
         decode(&wire.priority[0][FRAME_HEADER..]).unwrap();

@@ -75,6 +75,52 @@ pub fn decode<'de, T: de::Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, WireE
     Ok(value)
 }
 
+/// A frame of records being filled batch by batch: `Element::Records`' encoding, whose record
+/// count (the `u32` ending the encoding of an empty batch) is rewritten as batches are appended.
+/// The bytes are exactly those of the concatenated batch encoded at once, so the consumer
+/// decodes one batch and never learns the frame was filled in steps.
+#[derive(Debug)]
+pub(crate) struct RecordsFrame {
+    /// Where the record count lies in the buffer.
+    count_at: usize,
+    records: u32,
+}
+
+impl RecordsFrame {
+    /// Starts a frame at the end of `out` (an empty batch of `T`).
+    pub(crate) fn start<T: Serialize>(out: &mut Vec<u8>) -> Result<RecordsFrame, WireError> {
+        encode_into(&weir_core::Element::<T>::Records(Vec::new()), out)?;
+        Ok(RecordsFrame {
+            count_at: out.len() - 4,
+            records: 0,
+        })
+    }
+
+    /// Appends `records` to the frame that ends `out`.
+    pub(crate) fn append<T: Serialize>(
+        &mut self,
+        out: &mut Vec<u8>,
+        records: &[T],
+    ) -> Result<(), WireError> {
+        let records_after = u32::try_from(records.len())
+            .ok()
+            .and_then(|n| self.records.checked_add(n))
+            .ok_or_else(|| WireError::new("a frame of more than 2^32 records"))?;
+        let mut encoder = Encoder { out };
+        for record in records {
+            record.serialize(&mut encoder)?;
+        }
+        self.records = records_after;
+        out[self.count_at..self.count_at + 4].copy_from_slice(&records_after.to_le_bytes());
+        Ok(())
+    }
+
+    /// Records in the frame.
+    pub(crate) fn records(&self) -> u32 {
+        self.records
+    }
+}
+
 struct Encoder<'a> {
     out: &'a mut Vec<u8>,
 }
@@ -544,6 +590,26 @@ impl<'de> de::VariantAccess<'de> for &mut Decoder<'de> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_frame_filled_batch_by_batch_decodes_as_one_batch() {
+        let mut out = vec![9u8; 3];
+        let mut frame = RecordsFrame::start::<(String, u64)>(&mut out).unwrap();
+        frame.append(&mut out, &[("a".to_string(), 1u64)]).unwrap();
+        frame.append::<(String, u64)>(&mut out, &[]).unwrap();
+        frame
+            .append(&mut out, &[("b".to_string(), 2u64), ("c".to_string(), 3)])
+            .unwrap();
+        assert_eq!(frame.records(), 3);
+        let whole = weir_core::Element::Records(vec![
+            ("a".to_string(), 1u64),
+            ("b".to_string(), 2),
+            ("c".to_string(), 3),
+        ]);
+        assert_eq!(&out[3..], &encode(&whole).unwrap()[..]);
+        let decoded: weir_core::Element<(String, u64)> = decode(&out[3..]).unwrap();
+        assert!(matches!(decoded, weir_core::Element::Records(b) if b.len() == 3 && b[2].0 == "c"));
+    }
+
     use super::*;
     use serde::{Deserialize, Serialize};
     use std::collections::{BTreeMap, HashMap};

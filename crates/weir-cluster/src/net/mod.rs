@@ -5,6 +5,8 @@
 //! that produces into subtasks of another opens one connection to it and multiplexes every
 //! channel between the two over it. A frame is a header (type, channel, length) and a payload:
 //! one element in `weir_runtime::wire_format` — a batch, a watermark, a barrier, the end of input.
+//! A producer's consecutive batches on one channel travel as one frame of up to about
+//! `weir_runtime::remote::FRAME_TARGET` bytes (128 KiB): see `weir_runtime::remote`.
 //!
 //! Credits: the consumer grants each channel as many credits as its queue holds, and one more
 //! for each element its gate takes out of the queue — a few at a time in one credit frame, but
@@ -275,7 +277,7 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
         )));
     };
     net.attach_inbound(&producer_tm, writer);
-    let mut reader = std::io::BufReader::with_capacity(256 << 10, reader);
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, reader);
     let mut payload = Vec::new();
     loop {
         let mut header = [0u8; FRAME_HEADER];
@@ -296,7 +298,7 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
             )));
         }
         let len = len as usize;
-        // A frame already whole in the read buffer (most are: it takes up to 256 KiB from the
+        // A frame already whole in the read buffer (most are: it takes up to 1 MiB from the
         // socket at a time) is decoded where it lies; only one split across reads is copied.
         let in_buffer = reader.buffer().len() >= len;
         if !in_buffer {
@@ -799,7 +801,7 @@ struct RemoteWriter {
 }
 
 impl FrameWriter for RemoteWriter {
-    fn write(&mut self, mut frame: Vec<u8>) -> Result<(), TaskError> {
+    fn write(&mut self, frame: &mut [u8]) -> Result<(), TaskError> {
         {
             let mut available = self
                 .credit
@@ -824,7 +826,7 @@ impl FrameWriter for RemoteWriter {
             *available -= 1;
         }
         let len = frame.len() - FRAME_HEADER;
-        write_header(&mut frame, DATA, self.key, len as u32);
+        write_header(frame, DATA, self.key, len as u32);
         let mut stream = self
             .out
             .stream
@@ -832,16 +834,16 @@ impl FrameWriter for RemoteWriter {
             .map_err(|_| TaskError::ChannelClosed)?;
         let stream = stream.as_mut().ok_or(TaskError::ChannelClosed)?;
         stream
-            .write_all(&frame)
+            .write_all(frame)
             .map_err(|e| self.out.failure(Some(e)))
     }
 
-    fn write_priority(&mut self, mut frame: Vec<u8>) -> Result<(), TaskError> {
+    fn write_priority(&mut self, frame: &mut [u8]) -> Result<(), TaskError> {
         if self.out.broken.load(Ordering::Acquire) {
             return Err(self.out.failure(None));
         }
         let len = frame.len() - FRAME_HEADER;
-        write_header(&mut frame, PRIORITY, self.key, len as u32);
+        write_header(frame, PRIORITY, self.key, len as u32);
         let mut stream = self
             .out
             .stream
@@ -849,7 +851,7 @@ impl FrameWriter for RemoteWriter {
             .map_err(|_| TaskError::ChannelClosed)?;
         match stream.as_mut() {
             Some(stream) => stream
-                .write_all(&frame)
+                .write_all(frame)
                 .map_err(|e| self.out.failure(Some(e))),
             // Not connected yet: no frame went out for the barrier to overtake.
             None => Ok(()),

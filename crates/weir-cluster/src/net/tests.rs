@@ -84,7 +84,8 @@ fn channel(
     (rx, credit, sink)
 }
 
-/// Sends `element` on a thread; the receiver hears when the send returned.
+/// Sends `element` on a thread, and flushes (a batch goes out as a frame of its own); the
+/// receiver hears when the send returned.
 type Sink = Arc<Mutex<Box<dyn weir_runtime::channel::ChannelSink<u64>>>>;
 
 fn send_async(
@@ -93,7 +94,8 @@ fn send_async(
 ) -> crossbeam_channel::Receiver<Result<(), TaskError>> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
-        let _ = tx.send(sink.lock().unwrap().send(element));
+        let sink = sink.lock().unwrap();
+        let _ = tx.send(sink.send(element).and_then(|()| sink.flush()));
     });
     rx
 }
@@ -209,7 +211,9 @@ fn an_announced_barrier_overtakes_the_batches_queued_at_the_consumer_without_a_c
         .unwrap();
     let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
     sink.send(Element::Records(vec![1])).unwrap();
+    sink.flush().unwrap();
     sink.send(Element::Records(vec![2])).unwrap();
+    sink.flush().unwrap();
     // Both credits spent and nothing read: the consumer has no room, but the announcement
     // goes out at once and reaches the consumer subtask ahead of both batches.
     assert!(!sink.has_room());
@@ -232,6 +236,48 @@ fn an_announced_barrier_overtakes_the_batches_queued_at_the_consumer_without_a_c
 }
 
 #[test]
+fn batches_merge_into_one_frame_until_a_barrier_a_flush_or_the_frame_target() {
+    let (_a, _b, net_a, net_b) = two_planes();
+    let (rx, decoder) = remote_receiver::<u64, u64>(4, |x| x);
+    let credit = net_b
+        .incoming(KEY, producer(), 4, decoder, no_priority())
+        .unwrap();
+    let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
+    eventually("the first credits", || sink.has_room());
+    sink.send(Element::Records(vec![1])).unwrap();
+    sink.send(Element::Records(vec![2, 3])).unwrap();
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_millis(300)),
+        Err(RecvTimeoutError::Timeout)
+    ));
+    // A barrier sends the records before it, merged into one batch (one credit), then itself.
+    let barrier = weir_core::Barrier {
+        alignment: weir_core::BarrierAlignment::Aligned,
+        ..unaligned_barrier(3)
+    };
+    sink.send(Element::Barrier(barrier)).unwrap();
+    assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![1, 2, 3]));
+    assert!(matches!(rx.recv().unwrap(), Element::Barrier(b) if b == barrier));
+    credit.taken(0);
+    // A flush (the producer's buffer timeout) sends what was filled.
+    sink.send(Element::Records(vec![4])).unwrap();
+    sink.flush().unwrap();
+    assert!(matches!(rx.recv().unwrap(), Element::Records(b) if b == vec![4]));
+    credit.taken(0);
+    // A frame that reaches the target leaves at once.
+    let per_frame = (weir_runtime::remote::FRAME_TARGET / 8) as u64;
+    sink.send(Element::Records((0..per_frame).collect()))
+        .unwrap();
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Element::Records(b) if b.len() as u64 == per_frame
+    ));
+    credit.taken(0);
+    sink.send(Element::EndOfInput).unwrap();
+    assert!(matches!(rx.recv().unwrap(), Element::EndOfInput));
+}
+
+#[test]
 fn elements_the_consumer_holds_back_count_against_the_producers_credits_when_it_asks_for_room() {
     let (_a, _b, net_a, net_b) = two_planes();
     let (rx, decoder) = remote_receiver::<u64, u64>(2, |x| x);
@@ -241,6 +287,7 @@ fn elements_the_consumer_holds_back_count_against_the_producers_credits_when_it_
     let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
     eventually("the first credits", || sink.has_room());
     sink.send(Element::Records(vec![1])).unwrap();
+    sink.flush().unwrap();
     assert!(sink.has_room(), "one credit left");
     // The consumer takes the batch out of the queue (its credit comes back) but holds it
     // back, as an unaligned checkpoint's capture does: two credits, two elements held.
@@ -254,6 +301,7 @@ fn elements_the_consumer_holds_back_count_against_the_producers_credits_when_it_
     // A send does not wait for room, only for a credit: a producer blocked mid-batch gets
     // through to its barrier.
     sink.send(Element::Records(vec![2])).unwrap();
+    sink.flush().unwrap();
     credit.held(0);
     eventually("room once the consumer handed them on", || sink.has_room());
 }
@@ -360,6 +408,7 @@ fn planes_that_share_the_secret_carry_records() {
         .unwrap();
     let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
     sink.send(Element::Records(vec![7, 8])).unwrap();
+    sink.flush().unwrap();
     assert!(matches!(
         rx.recv_timeout(Duration::from_secs(10)).unwrap(),
         Element::Records(b) if b == vec![7, 8]

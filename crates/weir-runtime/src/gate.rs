@@ -22,6 +22,9 @@
 //! channel blocked for alignment delivers no watermark either until it is unblocked.
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
+
+/// How many times a gate that finds every queue empty yields its core before it parks.
+const YIELDS_BEFORE_PARKING: u32 = 2;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weir_core::{
@@ -230,6 +233,7 @@ impl<T> InputGate<T> {
         if let Some(event) = self.pending.take() {
             return Ok(event);
         }
+        let mut yields = 0;
         loop {
             if self.live == 0 && !self.end_reported {
                 self.end_reported = true;
@@ -277,6 +281,15 @@ impl<T> InputGate<T> {
             }
             let (i, element, from_channel) = match polled {
                 Some(p) => p,
+                // Every queue is empty: give the core away before parking. A producer sharing
+                // the core (in a task manager with fewer cores than busy threads) then fills
+                // the queues with several batches, and this subtask takes them in one turn
+                // instead of being woken, and switched to, for each one.
+                None if yields < YIELDS_BEFORE_PARKING => {
+                    yields += 1;
+                    std::thread::yield_now();
+                    continue;
+                }
                 None => match self.wait(deadline)? {
                     Waited::Element(i, e) => (i, e, true),
                     Waited::Control(c) => {

@@ -22,14 +22,14 @@
 //! channel blocked for alignment delivers no watermark either until it is unblocked.
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
-
-/// How many times a gate that finds every queue empty yields its core before it parks.
-const YIELDS_BEFORE_PARKING: u32 = 2;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weir_core::{
     Barrier, BarrierAlignment, CheckpointId, CheckpointingMode, Element, WatermarkStatus,
 };
+
+/// How many times a gate that finds every queue empty yields its core before it parks.
+const YIELDS_BEFORE_PARKING: u32 = 2;
 
 use crate::channel_state::ChannelStateCodec;
 use crate::control::TaskControl;

@@ -187,9 +187,19 @@ impl Outgoing {
     /// Sends the frame of records being filled, if any.
     fn send_records(&mut self) -> Result<(), TaskError> {
         match self.filling.take() {
-            Some(_) => self.writer.write(&mut self.buffer),
+            Some(_) => self.write(),
             None => Ok(()),
         }
+    }
+
+    /// Sends the frame in the buffer. A buffer grown far beyond the target by one large batch
+    /// is given back, not kept for the channel's lifetime.
+    fn write(&mut self) -> Result<(), TaskError> {
+        let sent = self.writer.write(&mut self.buffer);
+        if self.buffer.capacity() > 4 * FRAME_TARGET {
+            self.buffer = Vec::new();
+        }
+        sent
     }
 
     fn start_frame(&mut self) {
@@ -224,9 +234,12 @@ impl<T: Data> ChannelSink<T> for RemoteSink<T> {
                 );
             }
             let frame = out.filling.as_mut().expect("a frame is being filled");
-            frame
-                .append(&mut out.buffer, batch)
-                .map_err(|e| unserialisable("a batch", e))?;
+            if let Err(e) = frame.append(&mut out.buffer, batch) {
+                // Part of the batch may be in the buffer: the frame is dropped, never sent (the
+                // error fails the subtask, and its attempt restarts from a checkpoint).
+                out.filling = None;
+                return Err(unserialisable("a batch", e));
+            }
             // Records that encode to nothing (unit structs) grow no frame: bound those by count.
             if out.buffer.len() >= FRAME_TARGET || frame.records() >= FRAME_TARGET as u32 {
                 out.send_records()?;
@@ -237,7 +250,7 @@ impl<T: Data> ChannelSink<T> for RemoteSink<T> {
         out.start_frame();
         crate::wire_format::encode_into(&element, &mut out.buffer)
             .map_err(|e| unserialisable("an element", e))?;
-        out.writer.write(&mut out.buffer)
+        out.write()
     }
 
     fn flush(&self) -> Result<(), TaskError> {
@@ -398,6 +411,45 @@ mod tests {
         }
         assert!(matches!(rx.try_recv().unwrap(), Element::Barrier(b) if b == barrier));
         assert!(matches!(rx.try_recv().unwrap(), Element::EndOfInput));
+    }
+
+    /// A record whose encoding fails when it is `Bad`.
+    #[derive(Clone, Debug, serde::Deserialize)]
+    enum Fussy {
+        Fine(u64),
+        Bad,
+    }
+    impl Serialize for Fussy {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self {
+                Fussy::Fine(n) => s.serialize_newtype_variant("Fussy", 0, "Fine", n),
+                Fussy::Bad => Err(serde::ser::Error::custom("this record does not serialise")),
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_that_fails_to_serialise_is_an_error_and_leaves_no_half_frame_behind() {
+        let wire = Arc::new(std::sync::Mutex::new(Loopback::default()));
+        let sink = remote_sink::<Fussy>(Box::new(Shared(wire.clone())));
+        sink.send(Element::Records(vec![Fussy::Fine(1)])).unwrap();
+        let err = sink
+            .send(Element::Records(vec![Fussy::Fine(2), Fussy::Bad]))
+            .unwrap_err();
+        assert!(err.to_string().contains("does not serialise"), "{err}");
+        sink.send(Element::Records(vec![Fussy::Fine(3)])).unwrap();
+        sink.flush().unwrap();
+        let wire = wire.lock().unwrap();
+        assert_eq!(
+            wire.frames.len(),
+            1,
+            "only the frame started after the failure"
+        );
+        let (rx, mut decode) = remote_receiver::<Fussy, Fussy>(1, same);
+        decode(&wire.frames[0][FRAME_HEADER..]).unwrap();
+        assert!(
+            matches!(rx.try_recv().unwrap(), Element::Records(b) if matches!(b[..], [Fussy::Fine(3)]))
+        );
     }
 
     #[test]

@@ -238,11 +238,8 @@ fn an_announced_barrier_overtakes_the_batches_queued_at_the_consumer_without_a_c
 #[test]
 fn batches_merge_into_one_frame_until_a_barrier_a_flush_or_the_frame_target() {
     let (_a, _b, net_a, net_b) = two_planes();
-    let (rx, decoder) = remote_receiver::<u64, u64>(4, |x| x);
-    let credit = net_b
-        .incoming(KEY, producer(), 4, decoder, no_priority())
-        .unwrap();
-    let sink = remote_sink::<u64>(net_a.outgoing(KEY, consumer()).unwrap());
+    let (rx, credit, sink) = channel(&net_a, &net_b, 4);
+    let sink = sink.lock().unwrap();
     eventually("the first credits", || sink.has_room());
     sink.send(Element::Records(vec![1])).unwrap();
     sink.send(Element::Records(vec![2, 3])).unwrap();

@@ -563,16 +563,9 @@ impl AttemptNet {
             .get(tm)
             .ok_or_else(|| JobError::Failed(format!("task manager {tm} has no data address")))?
             .clone();
-        let out = Arc::new(Outbound {
-            peer: tm.to_string(),
-            stream: Mutex::new(None),
-            credits: Mutex::new(HashMap::new()),
-            broken: AtomicBool::new(false),
-            closing: AtomicBool::new(false),
-            fault: OnceLock::new(),
-        });
+        let out = Arc::new(Outbound::new(tm));
         outbound.insert(tm.to_string(), out.clone());
-        let (generation, me, tm) = (self.generation, self.me.clone(), tm.to_string());
+        let (generation, me) = (self.generation, self.me.clone());
         let (secret, tls) = (self.secret.clone(), self.tls.clone());
         let peer_timeout = self.peer_timeout;
         let faults = self.faults.clone();
@@ -581,31 +574,9 @@ impl AttemptNet {
             .name("data-out".into())
             .spawn(move || {
                 let security = (secret.as_ref(), tls.as_ref());
-                let fault = match run_outbound(&address, generation, &me, security, peer_timeout, &weak) {
-                    Ok(()) => None,
-                    Err(OutboundEnd::Io(e)) => {
-                        tracing::debug!(peer = %tm, error = %e, "outbound data connection ended");
-                        None
-                    }
-                    Err(OutboundEnd::Silent(e)) => {
-                        tracing::warn!(peer = %tm, error = %e, "gave up a data connection whose peer went silent");
-                        Some(e)
-                    }
-                    Err(OutboundEnd::Refused(e)) => {
-                        tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that is not a member of the cluster (its certificate or the secret)");
-                        None
-                    }
-                };
+                let ended = run_outbound(&address, generation, &me, security, peer_timeout, &weak);
                 if let Some(out) = weak.upgrade() {
-                    if let Some(fault) = fault {
-                        if !out.closing.load(Ordering::Acquire) {
-                            if let Some(report) = faults.lock().ok().as_deref().and_then(Option::as_ref) {
-                                report(connection_failed(&tm, &fault));
-                            }
-                            let _ = out.fault.set(fault);
-                        }
-                    }
-                    out.break_all();
+                    out.ended(ended, &address, &faults);
                 }
             })
             .map_err(|e| JobError::Failed(format!("cannot start a data connection thread: {e}")))?;
@@ -753,6 +724,54 @@ fn run_outbound(
 }
 
 impl Outbound {
+    /// The connection to `peer`, not up yet.
+    fn new(peer: &str) -> Outbound {
+        Outbound {
+            peer: peer.to_string(),
+            stream: Mutex::new(None),
+            credits: Mutex::new(HashMap::new()),
+            broken: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            fault: OnceLock::new(),
+        }
+    }
+
+    /// The connection's thread ended with `end`: every producer waiting on it wakes up, and a
+    /// peer gone silent while the attempt still needs the connection fails the attempt through
+    /// `faults` (when a task manager listens) and each producer that sends on it afterwards.
+    fn ended(
+        &self,
+        end: Result<(), OutboundEnd>,
+        address: &str,
+        faults: &Mutex<Option<FaultReport>>,
+    ) {
+        let tm = &self.peer;
+        let fault = match end {
+            Ok(()) => None,
+            Err(OutboundEnd::Io(e)) => {
+                tracing::debug!(peer = %tm, error = %e, "outbound data connection ended");
+                None
+            }
+            Err(OutboundEnd::Silent(e)) => {
+                tracing::warn!(peer = %tm, error = %e, "gave up a data connection whose peer went silent");
+                Some(e)
+            }
+            Err(OutboundEnd::Refused(e)) => {
+                tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that is not a member of the cluster (its certificate or the secret)");
+                None
+            }
+        };
+        if let Some(fault) = fault {
+            if !self.closing.load(Ordering::Acquire) {
+                if let Some(report) = faults.lock().ok().as_deref().and_then(Option::as_ref) {
+                    report(connection_failed(tm, &fault));
+                }
+                let _ = self.fault.set(fault);
+            }
+        }
+        self.break_all();
+    }
+
     /// Why a producer's send on this connection failed: the attempt or the consumer's side
     /// ending it (its subtasks stop quietly, as everything else that breaks a channel then),
     /// or the consumer gone silent while the attempt still needs it — which fails the producer,

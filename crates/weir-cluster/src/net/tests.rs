@@ -783,3 +783,46 @@ fn a_producer_sends_no_records_to_a_consumer_without_a_certificate_of_the_cluste
         );
     }
 }
+
+/// What a task manager's fault report received.
+fn reported(net: &AttemptNet) -> Arc<Mutex<Vec<String>>> {
+    let faults = Arc::new(Mutex::new(Vec::new()));
+    let into = faults.clone();
+    net.report_faults(move |e| into.lock().unwrap().push(e));
+    faults
+}
+
+#[test]
+fn a_connection_given_up_because_its_peer_went_silent_fails_the_attempt_without_a_send() {
+    let (_a, _b, net, _) = two_planes();
+    let faults = reported(&net);
+    let silent = || Err(OutboundEnd::Silent("reading credits: timed out".into()));
+    let out = Outbound::new("b");
+    out.ended(silent(), "b:1", &net.faults);
+    let expected = "the data connection to task manager b failed: reading credits: timed out";
+    assert_eq!(*faults.lock().unwrap(), [expected]);
+    // A producer that sends on it afterwards fails with the same cause.
+    assert!(out.broken.load(Ordering::Acquire));
+    let err = out.failure(None);
+    assert!(
+        matches!(&err, TaskError::Io(e) if e.to_string() == expected),
+        "{err:?}"
+    );
+
+    // The attempt closing it, a plain end or a refusal is not a fault of the attempt.
+    let closing = Outbound::new("b");
+    closing.closing.store(true, Ordering::Release);
+    closing.ended(silent(), "b:1", &net.faults);
+    assert!(matches!(closing.failure(None), TaskError::ChannelClosed));
+    Outbound::new("b").ended(Err(OutboundEnd::Io("reset".into())), "b:1", &net.faults);
+    Outbound::new("b").ended(Err(OutboundEnd::Refused("no".into())), "b:1", &net.faults);
+    Outbound::new("b").ended(Ok(()), "b:1", &net.faults);
+    assert_eq!(faults.lock().unwrap().len(), 1);
+
+    // Once the task manager stopped listening (the attempt's subtasks ended), nothing is
+    // reported, and the report's captures are released.
+    net.stop_reporting_faults();
+    Outbound::new("b").ended(silent(), "b:1", &net.faults);
+    assert_eq!(faults.lock().unwrap().len(), 1);
+    assert_eq!(Arc::strong_count(&faults), 1);
+}

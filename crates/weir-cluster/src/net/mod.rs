@@ -31,8 +31,10 @@
 //! after the handshake wait. A connection given up that way while its attempt still needs it
 //! fails the attempt at once, through the task manager ([`AttemptNet::report_faults`]), and the
 //! job manager restarts the job from its latest checkpoint instead of waiting for a checkpoint
-//! to expire; a producer that sends on it afterwards fails with the same cause. Connections the
-//! attempt itself closes end its subtasks quietly, as before.
+//! to expire; a producer that sends on it afterwards fails with the same cause. So does a
+//! connection dropped because its peer broke the protocol (a frame that does not decode, a
+//! credit frame that is not one), whose consumers would otherwise wait for the rest of their
+//! input. Connections the attempt itself closes end its subtasks quietly, as before.
 //!
 //! With mutual TLS on ([`crate::tls`]), a connection opens with a TLS 1.3 handshake in which
 //! each side presents its certificate and checks the other's against the cluster's CA; all
@@ -277,6 +279,22 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
         )));
     };
     net.attach_inbound(&producer_tm, writer);
+    let read = read_frames(reader, &net, &producer_tm);
+    // The consumers of this connection's channels would wait for the rest of their input
+    // forever: a producer that breaks the protocol fails the attempt (with the cause).
+    if let (Err(InboundEnd::Protocol(e)), false) = (&read, net.closed.load(Ordering::Acquire)) {
+        report(&net.faults, format!("dropped a data connection: {e}"));
+    }
+    read
+}
+
+/// Reads a producer task manager's frames into the attempt's channels until the connection
+/// ends.
+fn read_frames(
+    reader: stream::DataReader,
+    net: &AttemptNet,
+    producer_tm: &str,
+) -> Result<(), InboundEnd> {
     let mut reader = std::io::BufReader::with_capacity(1 << 20, reader);
     let mut payload = Vec::new();
     loop {
@@ -380,13 +398,21 @@ pub struct AttemptNet {
     decoders: Mutex<HashMap<ChannelKey, Decoders>>,
     /// Producer side: the connection to each consumer task manager.
     outbound: Mutex<HashMap<String, Arc<Outbound>>>,
-    /// Where a connection given up because its peer went silent is reported, while the
-    /// attempt's task manager listens ([`AttemptNet::report_faults`]).
+    /// Where a connection given up because its peer went silent, or dropped because its
+    /// producer broke the protocol, is reported while the attempt's task manager listens
+    /// ([`AttemptNet::report_faults`]).
     faults: Arc<Mutex<Option<FaultReport>>>,
 }
 
 /// Takes the cause of a data connection given up while the attempt still needed it.
 type FaultReport = Box<dyn Fn(String) + Send>;
+
+/// Fails the attempt with `error` through `faults`, if its task manager listens.
+fn report(faults: &Mutex<Option<FaultReport>>, error: String) {
+    if let Some(report) = faults.lock().ok().as_deref().and_then(Option::as_ref) {
+        report(error);
+    }
+}
 
 /// Consumer side: where one channel's frames go.
 struct Decoders {
@@ -485,11 +511,13 @@ struct Credit {
 }
 
 impl AttemptNet {
-    /// From now on, a connection to a consumer task manager given up because it went silent
-    /// fails the attempt through `report` (with the cause), at once. Its producers learn of it
-    /// too, but only when they next send to that task manager: one blocked elsewhere — on a
-    /// local channel whose consumer waits, to align a checkpoint, for a barrier that crossed
-    /// the lost connection — would never send again, and nothing would fail the attempt.
+    /// From now on, a connection to a consumer task manager given up because it went silent,
+    /// or one from a producer task manager dropped because it broke the protocol (a frame that
+    /// does not decode), fails the attempt through `report` (with the cause), at once. The
+    /// producers of a silent connection learn of it too, but only when they next send to that
+    /// task manager: one blocked elsewhere — on a local channel whose consumer waits, to align
+    /// a checkpoint, for a barrier that crossed the lost connection — would never send again;
+    /// and the consumers of a dropped connection would wait for the rest of their input.
     pub fn report_faults(&self, report: impl Fn(String) + Send + 'static) {
         if let Ok(mut faults) = self.faults.lock() {
             *faults = Some(Box::new(report));
@@ -597,6 +625,8 @@ enum OutboundEnd {
     Io(String),
     /// The consumer went silent past the peer timeout (a partition): the producers fail.
     Silent(String),
+    /// The consumer broke the protocol (a frame that is not a credit): the producers fail.
+    Protocol(String),
     /// The consumer did not present a certificate of the cluster's CA (or refused this task
     /// manager's), or did not prove it knows the cluster's secret.
     Refused(String),
@@ -702,7 +732,9 @@ fn run_outbound(
         }
         let (kind, key, value) = parse_header(&header);
         if !matches!(kind, CREDIT | HELD) {
-            return Err(format!("{address} sent a malformed frame (type {kind})").into());
+            return Err(OutboundEnd::Protocol(format!(
+                "{address} sent a malformed frame (type {kind})"
+            )));
         }
         let Some(o) = out.upgrade() else {
             return Ok(());
@@ -737,8 +769,9 @@ impl Outbound {
     }
 
     /// The connection's thread ended with `end`: every producer waiting on it wakes up, and a
-    /// peer gone silent while the attempt still needs the connection fails the attempt through
-    /// `faults` (when a task manager listens) and each producer that sends on it afterwards.
+    /// peer gone silent or breaking the protocol while the attempt still needs the connection
+    /// fails the attempt through `faults` (when a task manager listens) and each producer that
+    /// sends on it afterwards.
     fn ended(
         &self,
         end: Result<(), OutboundEnd>,
@@ -756,6 +789,10 @@ impl Outbound {
                 tracing::warn!(peer = %tm, error = %e, "gave up a data connection whose peer went silent");
                 Some(e)
             }
+            Err(OutboundEnd::Protocol(e)) => {
+                tracing::warn!(peer = %tm, error = %e, "dropped a data connection");
+                Some(e)
+            }
             Err(OutboundEnd::Refused(e)) => {
                 tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that is not a member of the cluster (its certificate or the secret)");
                 None
@@ -763,9 +800,7 @@ impl Outbound {
         };
         if let Some(fault) = fault {
             if !self.closing.load(Ordering::Acquire) {
-                if let Some(report) = faults.lock().ok().as_deref().and_then(Option::as_ref) {
-                    report(connection_failed(tm, &fault));
-                }
+                report(faults, connection_failed(tm, &fault));
                 let _ = self.fault.set(fault);
             }
         }

@@ -352,6 +352,7 @@ fn closing_the_attempt_releases_a_producer_waiting_for_credit() {
 #[test]
 fn a_connection_that_is_not_weir_is_dropped_and_the_plane_keeps_serving() {
     let (_a, b, net_a, net_b) = two_planes();
+    let faults = reported(&net_b);
     let mut garbage = TcpStream::connect(b.address()).unwrap();
     garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     garbage
@@ -374,26 +375,52 @@ fn a_connection_that_is_not_weir_is_dropped_and_the_plane_keeps_serving() {
         rx.recv_timeout(Duration::from_secs(10)).unwrap(),
         Element::EndOfInput
     ));
+    // It named no attempt: the attempt does not fail for it.
+    assert!(faults.lock().unwrap().is_empty());
 }
 
-#[test]
-fn a_frame_longer_than_any_batch_ends_the_connection_instead_of_allocating_it() {
+/// A producer that says its hello to a consumer of `KEY`, then sends a frame header saying
+/// `len` bytes, and `payload`: what the plane sent back until it closed the connection, and
+/// what the attempt's fault report received.
+fn raw_frame(len: u32, payload: &[u8]) -> (Vec<u8>, Vec<String>) {
     let (_a, b, _net_a, net_b) = two_planes();
+    let faults = reported(&net_b);
     let (_rx, decoder) = remote_receiver::<u64, u64>(1, |x| x);
     let _credit = net_b
         .incoming(KEY, producer(), 1, decoder, no_priority())
         .unwrap();
     let mut raw = TcpStream::connect(b.address()).unwrap();
-    raw.write_all(&hello(3, "a")).unwrap();
+    let mut sent = hello(3, "a");
     let mut frame = [0u8; FRAME_HEADER];
-    write_header(&mut frame, DATA, KEY, u32::MAX);
-    raw.write_all(&frame).unwrap();
+    write_header(&mut frame, DATA, KEY, len);
+    sent.extend_from_slice(&frame);
+    sent.extend_from_slice(payload);
+    raw.write_all(&sent).unwrap();
     raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    // The plane sends the first credits, then drops the connection.
-    let mut all = Vec::new();
-    raw.read_to_end(&mut all)
+    let mut back = Vec::new();
+    raw.read_to_end(&mut back)
         .expect("the plane closes the connection (no read timeout)");
-    assert_eq!(all.len(), FRAME_HEADER, "only the credit frame came back");
+    let faults = faults.lock().unwrap().clone();
+    (back, faults)
+}
+
+#[test]
+fn a_frame_longer_than_any_batch_ends_the_connection_instead_of_allocating_it() {
+    let (back, faults) = raw_frame(u32::MAX, &[]);
+    assert_eq!(back.len(), FRAME_HEADER, "only the credit frame came back");
+    // Its consumer would never get the rest of its input: the attempt fails.
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert!(faults[0].contains("sent a malformed frame"), "{faults:?}");
+}
+
+#[test]
+fn a_frame_that_does_not_decode_fails_the_attempt_with_the_cause() {
+    let (_, faults) = raw_frame(3, &[0xff, 0xff, 0xff]);
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert!(
+        faults[0].contains("from a") && faults[0].contains("does not decode"),
+        "{faults:?}"
+    );
 }
 
 #[test]
@@ -793,7 +820,8 @@ fn reported(net: &AttemptNet) -> Arc<Mutex<Vec<String>>> {
 }
 
 #[test]
-fn a_connection_given_up_because_its_peer_went_silent_fails_the_attempt_without_a_send() {
+fn a_connection_given_up_because_its_peer_went_silent_or_broke_the_protocol_fails_the_attempt_without_a_send(
+) {
     let (_a, _b, net, _) = two_planes();
     let faults = reported(&net);
     let silent = || Err(OutboundEnd::Silent("reading credits: timed out".into()));
@@ -818,11 +846,20 @@ fn a_connection_given_up_because_its_peer_went_silent_fails_the_attempt_without_
     Outbound::new("b").ended(Err(OutboundEnd::Refused("no".into())), "b:1", &net.faults);
     Outbound::new("b").ended(Ok(()), "b:1", &net.faults);
     assert_eq!(faults.lock().unwrap().len(), 1);
+    // A consumer that breaks the protocol fails it too.
+    let garbled = Err(OutboundEnd::Protocol(
+        "b:1 sent a malformed frame (type 9)".into(),
+    ));
+    Outbound::new("b").ended(garbled, "b:1", &net.faults);
+    assert_eq!(
+        faults.lock().unwrap()[1],
+        "the data connection to task manager b failed: b:1 sent a malformed frame (type 9)"
+    );
 
     // Once the task manager stopped listening (the attempt's subtasks ended), nothing is
     // reported, and the report's captures are released.
     net.stop_reporting_faults();
     Outbound::new("b").ended(silent(), "b:1", &net.faults);
-    assert_eq!(faults.lock().unwrap().len(), 1);
+    assert_eq!(faults.lock().unwrap().len(), 2);
     assert_eq!(Arc::strong_count(&faults), 1);
 }

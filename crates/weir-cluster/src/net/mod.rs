@@ -497,7 +497,7 @@ struct Outbound {
     /// ending, not a fault.
     closing: AtomicBool,
     /// Why the connection was given up while the attempt still needed it (its peer went
-    /// silent), for the producers that then fail.
+    /// silent, broke the protocol or was refused), for the producers that then fail.
     fault: OnceLock<String>,
 }
 
@@ -769,9 +769,9 @@ impl Outbound {
     }
 
     /// The connection's thread ended with `end`: every producer waiting on it wakes up, and a
-    /// peer gone silent or breaking the protocol while the attempt still needs the connection
-    /// fails the attempt through `faults` (when a task manager listens) and each producer that
-    /// sends on it afterwards.
+    /// peer gone silent, breaking the protocol or refused as no member of the cluster while
+    /// the attempt still needs the connection fails the attempt through `faults` (when a task
+    /// manager listens) and each producer that sends on it afterwards.
     fn ended(
         &self,
         end: Result<(), OutboundEnd>,
@@ -795,7 +795,9 @@ impl Outbound {
             }
             Err(OutboundEnd::Refused(e)) => {
                 tracing::warn!(peer = %tm, %address, error = %e, "sent no data to a peer that is not a member of the cluster (its certificate or the secret)");
-                None
+                Some(format!(
+                    "{address} is not a member of the cluster (its certificate or the secret): {e}"
+                ))
             }
         };
         if let Some(fault) = fault {
@@ -809,8 +811,9 @@ impl Outbound {
 
     /// Why a producer's send on this connection failed: the attempt or the consumer's side
     /// ending it (its subtasks stop quietly, as everything else that breaks a channel then),
-    /// or the consumer gone silent while the attempt still needs it — which fails the producer,
-    /// so that the job manager restarts the job now, not when a checkpoint expires.
+    /// or the consumer gone silent, breaking the protocol or refused while the attempt still
+    /// needs it — which fails the producer, so that the job manager restarts the job now, not
+    /// when a checkpoint expires.
     fn failure(&self, error: Option<std::io::Error>) -> TaskError {
         if self.closing.load(Ordering::Acquire) {
             return TaskError::ChannelClosed;

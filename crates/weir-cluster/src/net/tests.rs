@@ -498,9 +498,10 @@ fn a_producer_sends_no_records_to_a_peer_that_cannot_prove_the_secret() {
     let sent = send_async(sink, Element::Records(vec![1, 2, 3]));
     let rest = received.join().unwrap();
     assert!(rest.is_empty(), "the impostor got {} bytes", rest.len());
+    // The producer fails (and with it the attempt), naming the refusal.
     let result = sent.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(
-        matches!(result, Err(TaskError::ChannelClosed)),
+        matches!(&result, Err(TaskError::Io(e)) if e.to_string().contains("does not know the cluster's secret")),
         "{result:?}"
     );
 }
@@ -805,7 +806,7 @@ fn a_producer_sends_no_records_to_a_consumer_without_a_certificate_of_the_cluste
         }
         let result = sent.recv_timeout(Duration::from_secs(20)).unwrap();
         assert!(
-            matches!(result, Err(TaskError::ChannelClosed)),
+            matches!(&result, Err(TaskError::Io(e)) if e.to_string().contains("is not a member of the cluster")),
             "{result:?}"
         );
     }
@@ -820,8 +821,7 @@ fn reported(net: &AttemptNet) -> Arc<Mutex<Vec<String>>> {
 }
 
 #[test]
-fn a_connection_given_up_because_its_peer_went_silent_or_broke_the_protocol_fails_the_attempt_without_a_send(
-) {
+fn a_connection_to_a_silent_garbling_or_refused_peer_fails_the_attempt_without_a_send() {
     let (_a, _b, net, _) = two_planes();
     let faults = reported(&net);
     let silent = || Err(OutboundEnd::Silent("reading credits: timed out".into()));
@@ -837,29 +837,42 @@ fn a_connection_given_up_because_its_peer_went_silent_or_broke_the_protocol_fail
         "{err:?}"
     );
 
-    // The attempt closing it, a plain end or a refusal is not a fault of the attempt.
+    // The attempt closing it, or a plain end, is not a fault of the attempt.
     let closing = Outbound::new("b");
     closing.closing.store(true, Ordering::Release);
     closing.ended(silent(), "b:1", &net.faults);
     assert!(matches!(closing.failure(None), TaskError::ChannelClosed));
     Outbound::new("b").ended(Err(OutboundEnd::Io("reset".into())), "b:1", &net.faults);
-    Outbound::new("b").ended(Err(OutboundEnd::Refused("no".into())), "b:1", &net.faults);
     Outbound::new("b").ended(Ok(()), "b:1", &net.faults);
     assert_eq!(faults.lock().unwrap().len(), 1);
-    // A consumer that breaks the protocol fails it too.
-    let garbled = Err(OutboundEnd::Protocol(
-        "b:1 sent a malformed frame (type 9)".into(),
-    ));
-    Outbound::new("b").ended(garbled, "b:1", &net.faults);
+    // A consumer that breaks the protocol, or is no member of the cluster, fails it too.
+    let garbled = "b:1 sent a malformed frame (type 9)";
+    Outbound::new("b").ended(
+        Err(OutboundEnd::Protocol(garbled.into())),
+        "b:1",
+        &net.faults,
+    );
+    let refused = "the peer does not know the cluster's secret";
+    Outbound::new("b").ended(
+        Err(OutboundEnd::Refused(refused.into())),
+        "b:1",
+        &net.faults,
+    );
     assert_eq!(
-        faults.lock().unwrap()[1],
-        "the data connection to task manager b failed: b:1 sent a malformed frame (type 9)"
+        faults.lock().unwrap()[1..],
+        [
+            format!("the data connection to task manager b failed: {garbled}"),
+            format!(
+                "the data connection to task manager b failed: b:1 is not a member of the \
+                 cluster (its certificate or the secret): {refused}"
+            )
+        ]
     );
 
     // Once the task manager stopped listening (the attempt's subtasks ended), nothing is
     // reported, and the report's captures are released.
     net.stop_reporting_faults();
     Outbound::new("b").ended(silent(), "b:1", &net.faults);
-    assert_eq!(faults.lock().unwrap().len(), 2);
+    assert_eq!(faults.lock().unwrap().len(), 3);
     assert_eq!(Arc::strong_count(&faults), 1);
 }

@@ -607,8 +607,9 @@ fn start_attempt(
         }
     };
     tracing::info!(attempt, subtasks = deployed.all.len(), "deployed");
-    // A data connection given up because its peer went silent fails the attempt at once,
-    // named after one of this task manager's subtasks (the job manager restarts them all).
+    // A data connection given up while the attempt needs it (its peer silent, breaking the
+    // protocol or refused) fails the attempt at once, named after one of this task manager's
+    // subtasks (the job manager restarts them all).
     if let Some(&subtask) = deployed.all.first() {
         let events = events.clone();
         net.report_faults(move |error| {

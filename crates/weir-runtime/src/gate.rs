@@ -28,13 +28,13 @@ use weir_core::{
     Barrier, BarrierAlignment, CheckpointId, CheckpointingMode, Element, WatermarkStatus,
 };
 
-/// How many times a gate that finds every queue empty yields its core before it parks.
-const YIELDS_BEFORE_PARKING: u32 = 2;
-
 use crate::channel_state::ChannelStateCodec;
 use crate::control::TaskControl;
 use crate::error::TaskError;
 use crate::watermark_valve::{ValveOutput, WatermarkValve};
+
+/// How many times a gate that finds every queue empty yields its core before it parks.
+const YIELDS_BEFORE_PARKING: u32 = 2;
 
 /// How many aborted checkpoints a gate remembers ahead of its last alignment. Only a long run
 /// of aborts with no alignment between fills it; forgetting the oldest then lets its late

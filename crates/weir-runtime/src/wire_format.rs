@@ -590,6 +590,11 @@ impl<'de> de::VariantAccess<'de> for &mut Decoder<'de> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+    use std::collections::{BTreeMap, HashMap};
+    use weir_core::{Barrier, BarrierAlignment, CheckpointId, CheckpointKind, Element};
+
     #[test]
     fn a_frame_filled_batch_by_batch_decodes_as_one_batch() {
         let mut out = vec![9u8; 3];
@@ -600,20 +605,15 @@ mod tests {
             .append(&mut out, &[("b".to_string(), 2u64), ("c".to_string(), 3)])
             .unwrap();
         assert_eq!(frame.records(), 3);
-        let whole = weir_core::Element::Records(vec![
+        let whole = Element::Records(vec![
             ("a".to_string(), 1u64),
             ("b".to_string(), 2),
             ("c".to_string(), 3),
         ]);
         assert_eq!(&out[3..], &encode(&whole).unwrap()[..]);
-        let decoded: weir_core::Element<(String, u64)> = decode(&out[3..]).unwrap();
-        assert!(matches!(decoded, weir_core::Element::Records(b) if b.len() == 3 && b[2].0 == "c"));
+        let decoded: Element<(String, u64)> = decode(&out[3..]).unwrap();
+        assert!(matches!(decoded, Element::Records(b) if b.len() == 3 && b[2].0 == "c"));
     }
-
-    use super::*;
-    use serde::{Deserialize, Serialize};
-    use std::collections::{BTreeMap, HashMap};
-    use weir_core::{Barrier, BarrierAlignment, CheckpointId, CheckpointKind, Element};
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     enum Shape {

@@ -282,8 +282,10 @@ fn serve_inbound(mut stream: TcpStream, plane: &PlaneInner) -> Result<(), Inboun
     let read = read_frames(reader, &net, &producer_tm);
     // The consumers of this connection's channels would wait for the rest of their input
     // forever: a producer that breaks the protocol fails the attempt (with the cause).
-    if let (Err(InboundEnd::Protocol(e)), false) = (&read, net.closed.load(Ordering::Acquire)) {
-        report(&net.faults, format!("dropped a data connection: {e}"));
+    if let Err(InboundEnd::Protocol(e)) = &read {
+        if !net.closed.load(Ordering::Acquire) {
+            report(&net.faults, format!("dropped a data connection: {e}"));
+        }
     }
     read
 }

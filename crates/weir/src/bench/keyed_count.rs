@@ -3,9 +3,11 @@
 //! counting sink. By default each key's count and sum is emitted once, when the input ends
 //! (an event-time timer at the end of time, fired by the final watermark); with
 //! `--emit-updates`, every record emits its key's new count and sum, like a streaming
-//! `GROUP BY`.
+//! `GROUP BY`. With `--value-bytes N`, each key's state also holds N bytes that change with
+//! every update, so that the state is as large as a job's whose values are N bytes.
 
 use clap::Args;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use weir_api::prelude::*;
@@ -40,6 +42,11 @@ pub struct KeyedCountArgs {
     /// starts over from zero.
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration_arg)]
     pub state_ttl: Option<std::time::Duration>,
+    /// Bytes of payload each key's state holds beside its count and sum, rewritten by every
+    /// update (as a job whose values are this large; incompressible, so that the state on disk
+    /// is as large too). 0: a count and a sum alone.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub value_bytes: usize,
     /// Generate at most this many records per second per source subtask.
     #[arg(long, value_name = "RECORDS")]
     pub rate: Option<u64>,
@@ -52,24 +59,93 @@ pub struct KeyedCountArgs {
     pub run: RunArgs,
 }
 
-/// Count and sum per key, in `S`: a [`ValueState`], or a [`TtlValueState`] with `--state-ttl`.
-struct CountAndSum<S: OneValue<u64, (u64, u64)>> {
+/// What one key's state holds: its count and sum, and whatever else a job keeps.
+trait Tally: Value {
+    fn new(value_bytes: usize) -> Self;
+    /// Counts a record of `key` spending `amount`: the new count and sum.
+    fn add(&mut self, key: u64, amount: u64) -> (u64, u64);
+    fn totals(&self) -> (u64, u64);
+}
+
+impl Tally for (u64, u64) {
+    fn new(_: usize) -> Self {
+        (0, 0)
+    }
+
+    #[inline]
+    fn add(&mut self, _: u64, amount: u64) -> (u64, u64) {
+        self.0 += 1;
+        self.1 += amount;
+        *self
+    }
+
+    fn totals(&self) -> (u64, u64) {
+        *self
+    }
+}
+
+/// A count and sum with `--value-bytes` of payload, rewritten by every update from the key and
+/// its count (a hash: as incompressible as a job's own data).
+#[derive(Clone, Serialize, Deserialize)]
+struct Padded {
+    count: u64,
+    sum: u64,
+    payload: Vec<u8>,
+}
+
+impl Tally for Padded {
+    fn new(value_bytes: usize) -> Self {
+        Padded {
+            count: 0,
+            sum: 0,
+            payload: vec![0; value_bytes],
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, key: u64, amount: u64) -> (u64, u64) {
+        self.count += 1;
+        self.sum += amount;
+        let mut word = key ^ self.count.rotate_left(32);
+        for chunk in self.payload.chunks_mut(8) {
+            // splitmix64's finaliser: every byte of the payload changes with every update.
+            word = word.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = word;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+        }
+        (self.count, self.sum)
+    }
+
+    fn totals(&self) -> (u64, u64) {
+        (self.count, self.sum)
+    }
+}
+
+/// Count and sum per key, in `S`: a [`ValueState`], or a [`TtlValueState`] with `--state-ttl`,
+/// of a [`Tally`] `V`.
+struct CountAndSum<S: OneValue<u64, V>, V: Tally> {
     emit_updates: bool,
+    value_bytes: usize,
     config: S::Config,
 }
 
-impl<S: OneValue<u64, (u64, u64)>> Clone for CountAndSum<S> {
+impl<S: OneValue<u64, V>, V: Tally> Clone for CountAndSum<S, V> {
     fn clone(&self) -> Self {
         CountAndSum {
             emit_updates: self.emit_updates,
+            value_bytes: self.value_bytes,
             config: self.config.clone(),
         }
     }
 }
 
-impl<S> KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum<S>
+impl<S, V> KeyedProcessFunction<u64, Event, (u64, u64, u64)> for CountAndSum<S, V>
 where
-    S: OneValue<u64, (u64, u64)>,
+    S: OneValue<u64, V>,
+    V: Tally,
 {
     type State = S;
 
@@ -87,14 +163,14 @@ where
         out: &mut Output<(u64, u64, u64)>,
     ) -> Result<(), TaskError> {
         let mut new = false;
-        let (count, sum) = state.get_or_insert_with(key, || {
+        let value_bytes = self.value_bytes;
+        let tally = state.get_or_insert_with(key, || {
             new = true;
-            (0, 0)
+            V::new(value_bytes)
         });
-        *count += 1;
-        *sum += event.amount;
+        let (count, sum) = tally.add(*key.key, event.amount);
         if self.emit_updates {
-            out.emit((*key.key, *count, *sum));
+            out.emit((*key.key, count, sum));
         } else if new {
             ctx.register_event_time_timer(i64::MAX);
         }
@@ -109,8 +185,9 @@ where
         _ctx: &mut TimerContext<'_, u64>,
         out: &mut Output<(u64, u64, u64)>,
     ) -> Result<(), TaskError> {
-        if let Some((count, sum)) = state.get(key) {
-            out.emit((*key.key, *count, *sum));
+        if let Some(tally) = state.get(key) {
+            let (count, sum) = tally.totals();
+            out.emit((*key.key, count, sum));
         }
         Ok(())
     }
@@ -156,22 +233,10 @@ pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> 
     }
     let sink = CountingSink::default();
     let keyed = env.source("records", generator).key_by(|e: &Event| e.user);
-    let emit_updates = args.emit_updates;
-    let counted = match args.state_ttl {
-        None => keyed.process(
-            "count-and-sum",
-            CountAndSum::<ValueState<_, _>> {
-                emit_updates,
-                config: (),
-            },
-        ),
-        Some(ttl) => keyed.process(
-            "count-and-sum",
-            CountAndSum::<TtlValueState<_, _>> {
-                emit_updates,
-                config: ttl,
-            },
-        ),
+    let counted = if args.value_bytes == 0 {
+        count_and_sum::<(u64, u64)>(keyed, args)
+    } else {
+        count_and_sum::<Padded>(keyed, args)
     };
     match args.sink_cost {
         None => counted.sink("sink", sink.clone()),
@@ -184,6 +249,34 @@ pub fn job(args: &KeyedCountArgs) -> Result<(JobGraph, CountingSink), CliError> 
         ),
     };
     Ok((env.build()?, sink))
+}
+
+/// The keyed count of `keyed`, in a [`ValueState`] (or a [`TtlValueState`] with
+/// `--state-ttl`) of `V`.
+fn count_and_sum<V: Tally>(
+    keyed: KeyedStream<Event, u64, impl Fn(&Event) -> u64 + Clone + Send + Sync + 'static>,
+    args: &KeyedCountArgs,
+) -> DataStream<(u64, u64, u64)> {
+    let emit_updates = args.emit_updates;
+    let value_bytes = args.value_bytes;
+    match args.state_ttl {
+        None => keyed.process(
+            "count-and-sum",
+            CountAndSum::<ValueState<_, V>, V> {
+                emit_updates,
+                value_bytes,
+                config: (),
+            },
+        ),
+        Some(ttl) => keyed.process(
+            "count-and-sum",
+            CountAndSum::<TtlValueState<_, V>, V> {
+                emit_updates,
+                value_bytes,
+                config: ttl,
+            },
+        ),
+    }
 }
 
 pub fn run(args: KeyedCountArgs) -> Result<(), CliError> {
@@ -217,8 +310,9 @@ pub fn run_on(
     let records = summary.records;
     let results = sink.0.load(Ordering::Relaxed);
     let extra = format!(
-        "\"keys\":{},\"emit_updates\":{},\"state_ttl_ms\":{},\"results\":{results},",
+        "\"keys\":{},\"value_bytes\":{},\"emit_updates\":{},\"state_ttl_ms\":{},\"results\":{results},",
         args.keys,
+        args.value_bytes,
         args.emit_updates,
         args.state_ttl.map_or(0, |t| t.as_millis())
     );

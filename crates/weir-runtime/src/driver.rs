@@ -64,8 +64,9 @@ struct Driver {
     requests: HashMap<CheckpointId, RequestId>,
     /// Where completed savepoints were written.
     savepoints: HashMap<CheckpointId, PathBuf>,
-    /// Duration and size of checkpoints whose metadata was written, for the completion event.
-    written: HashMap<CheckpointId, (u64, u64)>,
+    /// Duration, size and persisted size of checkpoints whose metadata was written, for the
+    /// completion event and log.
+    written: HashMap<CheckpointId, (u64, u64, u64)>,
 }
 
 /// Starts the driver thread. It returns the final checkpoint statistics when it stops.
@@ -212,10 +213,12 @@ impl Driver {
                 event,
                 duration_ms,
                 size_bytes,
+                persisted_bytes,
                 savepoint,
             } => {
                 if let Event::MetadataWritten { checkpoint, .. } = event {
-                    self.written.insert(checkpoint, (duration_ms, size_bytes));
+                    self.written
+                        .insert(checkpoint, (duration_ms, size_bytes, persisted_bytes));
                     if let Some(path) = savepoint {
                         self.savepoints.insert(checkpoint, path);
                     }
@@ -316,6 +319,7 @@ impl Driver {
             CoordinatorMessage::StopWithSavepoint {
                 request,
                 target,
+                kind,
                 drain,
             } => {
                 if self.stopping.is_some() {
@@ -328,10 +332,7 @@ impl Driver {
                 self.stopping = Some(request);
                 self.stop_drain = drain;
                 self.targets.insert(request, target);
-                Event::TriggerRequest {
-                    request,
-                    kind: CheckpointKind::Savepoint,
-                }
+                Event::TriggerRequest { request, kind }
             }
             CoordinatorMessage::Sync(reply) => {
                 let _ = reply.send(self.coordinator.latest_completed().map(|c| c.id));
@@ -423,7 +424,7 @@ impl Driver {
                 if finish.is_some() {
                     let _ = self.events.send(JobEvent::FinalCheckpointTriggered {
                         id: checkpoint,
-                        savepoint: kind == CheckpointKind::Savepoint,
+                        savepoint: kind.is_savepoint(),
                     });
                 }
                 None
@@ -472,8 +473,15 @@ impl Driver {
                 for s in subtasks {
                     self.send(s, TaskControl::NotifyComplete(checkpoint));
                 }
-                let (duration_ms, size_bytes) = self.written.remove(&checkpoint).unwrap_or((0, 0));
-                tracing::info!(%checkpoint, duration_ms, size_bytes, "checkpoint completed");
+                let (duration_ms, size_bytes, persisted_bytes) =
+                    self.written.remove(&checkpoint).unwrap_or_default();
+                tracing::info!(
+                    %checkpoint,
+                    duration_ms,
+                    size_bytes,
+                    persisted_bytes,
+                    "checkpoint completed"
+                );
                 let _ = self.events.send(JobEvent::CheckpointCompleted {
                     id: checkpoint,
                     duration_ms,

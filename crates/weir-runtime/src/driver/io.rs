@@ -50,6 +50,8 @@ pub(super) enum IoDone {
         event: Event,
         duration_ms: u64,
         size_bytes: u64,
+        /// What the checkpoint wrote itself (its incremental size).
+        persisted_bytes: u64,
         savepoint: Option<PathBuf>,
     },
     Deleted,
@@ -138,6 +140,7 @@ fn run(job: IoJob, counter: &mut dyn CheckpointIdCounter, storage: &CheckpointSt
                     },
                     duration_ms,
                     size_bytes: size_bytes + bytes,
+                    persisted_bytes: metadata.checkpoint.persisted_size() + bytes,
                     savepoint: None,
                 },
                 Err(e) => failed(checkpoint, e.to_string()),
@@ -163,6 +166,7 @@ fn run(job: IoJob, counter: &mut dyn CheckpointIdCounter, storage: &CheckpointSt
                         },
                         duration_ms,
                         size_bytes,
+                        persisted_bytes: metadata.checkpoint.persisted_size(),
                         savepoint: Some(written.path),
                     }
                 }
@@ -202,6 +206,7 @@ fn failed(checkpoint: CheckpointId, reason: String) -> IoDone {
         event: Event::MetadataWriteFailed { checkpoint, reason },
         duration_ms: 0,
         size_bytes: 0,
+        persisted_bytes: 0,
         savepoint: None,
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use weir_api::prelude::*;
 use weir_connectors::{Event, EventGenerator};
 use weir_core::config::CheckpointConfig;
-use weir_core::{KeyGroupRange, OperatorId};
+use weir_core::{KeyGroupRange, OperatorId, SavepointFormat};
 use weir_runtime::restart::RestartStrategy;
 use weir_runtime::{
     execute, execute_job, Drain, ExecutionConfig, JobError, JobHandle, StartMode, StopHandle,
@@ -119,6 +119,15 @@ fn take_savepoint_configured(
     after: Duration,
     configure: impl FnOnce(&mut ExecutionConfig),
 ) -> PathBuf {
+    take_savepoint_as(dir, after, SavepointFormat::Canonical, configure)
+}
+
+fn take_savepoint_as(
+    dir: &Path,
+    after: Duration,
+    format: SavepointFormat,
+    configure: impl FnOnce(&mut ExecutionConfig),
+) -> PathBuf {
     let graph = job(2, false);
     let mut config = exec(&dir.join("ckpt-a"), StartMode::New);
     configure(&mut config);
@@ -127,7 +136,7 @@ fn take_savepoint_configured(
     let target = dir.join("savepoints");
     let waiter = std::thread::spawn(move || {
         std::thread::sleep(after);
-        common::stop_with_savepoint(&remote, target, Drain::Keep)
+        common::stop_with_savepoint_as(&remote, target, format, Drain::Keep)
     });
     execute_job(&graph, &config, &handle, &mut |_| {}).expect("job stops with its savepoint");
     waiter.join().unwrap()
@@ -199,6 +208,86 @@ fn a_savepoint_of_either_state_backend_restores_into_the_other_at_another_parall
             final_counts(&ckpt),
             expected,
             "a savepoint of {from:?} restored into {into:?} at parallelism {parallelism}"
+        );
+    }
+}
+
+/// A native savepoint of RocksDB state (Flink's `--type native`) holds the databases' table
+/// files, not a canonical encoding of every key; it leaves no file behind in the job's
+/// checkpoint directory, and restores after being moved: into RocksDB at the same parallelism
+/// (opened in place) and at another, and into the heap.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_native_savepoint_holds_table_files_and_restores_moved_in_place_rescaled_and_into_the_heap() {
+    use weir_core::config::StateBackendKind::{HashMap, RocksDb};
+    use weir_storage::CheckpointLayout;
+    let dir = tempfile::tempdir().unwrap();
+    let expected = uninterrupted_counts(dir.path());
+    let taken = take_savepoint_as(
+        dir.path(),
+        Duration::from_millis(600),
+        SavepointFormat::Native,
+        |c| c.state_backend.kind = RocksDb,
+    );
+    let names: Vec<String> = std::fs::read_dir(&taken)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let tables = names
+        .iter()
+        .filter(|n| CheckpointLayout::is_table_file(n))
+        .count();
+    assert!(
+        tables >= 2,
+        "a table file per keyed subtask at least: {names:?}"
+    );
+    // Each keyed subtask's RocksDB manifest (small: inline in the metadata) names its files.
+    let (_, metadata) = weir_storage::savepoint::open_savepoint(&taken).unwrap();
+    let manifests = metadata
+        .checkpoint
+        .subtask_states
+        .values()
+        .flat_map(|s| &s.handles)
+        .filter(|h| h.path.ends_with(".rocksdb"))
+        .count();
+    assert_eq!(manifests, 2, "a RocksDB manifest per keyed subtask");
+    // The savepoint's table files were its own: none stays in the job's shared directory, and
+    // its checkpoint's directory is gone.
+    let id: u64 = taken.file_name().unwrap().to_string_lossy()["savepoint-".len()..]
+        .split('-')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let job_dir = dir.path().join("ckpt-a").join("counting");
+    let shared: Vec<String> = std::fs::read_dir(job_dir.join("shared"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !shared.iter().any(|n| n.contains(&format!("-{id}-"))),
+        "shared files of savepoint {id}: {shared:?}"
+    );
+    assert!(!job_dir
+        .join(CheckpointLayout::checkpoint_dir_name(
+            weir_core::CheckpointId(id)
+        ))
+        .exists());
+
+    let savepoint = dir.path().join("moved-savepoint");
+    std::fs::rename(&taken, &savepoint).unwrap();
+    for (into, parallelism) in [(RocksDb, 2), (RocksDb, 3), (HashMap, 1)] {
+        let ckpt = dir.path().join(format!("restored-{into:?}-{parallelism}"));
+        run_to_end_configured(&ckpt, &job(parallelism, false), &savepoint, |c| {
+            c.state_backend.kind = into;
+        })
+        .unwrap();
+        assert_eq!(
+            final_counts(&ckpt),
+            expected,
+            "a native savepoint restored into {into:?} at parallelism {parallelism}"
         );
     }
 }

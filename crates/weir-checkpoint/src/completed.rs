@@ -42,7 +42,7 @@ impl CompletedCheckpoint {
     }
 
     pub fn is_savepoint(&self) -> bool {
-        self.kind == CheckpointKind::Savepoint
+        self.kind.is_savepoint()
     }
 }
 

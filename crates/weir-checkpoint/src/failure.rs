@@ -55,7 +55,7 @@ impl FailureBudget {
         timeout_ms: u64,
     ) -> Option<String> {
         if !reason.counts_toward_failure_budget()
-            || kind == CheckpointKind::Savepoint
+            || kind.is_savepoint()
             || self.verdict_given
             || self.last_success.is_some_and(|last| id <= last)
             || !self.counted.insert(id)

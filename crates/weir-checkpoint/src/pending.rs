@@ -64,7 +64,7 @@ impl PendingCheckpoint {
     }
 
     pub fn is_savepoint(&self) -> bool {
-        self.kind == CheckpointKind::Savepoint
+        self.kind.is_savepoint()
     }
 
     /// The trigger request this checkpoint serves; `None` for a periodic one.

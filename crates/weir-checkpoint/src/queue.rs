@@ -25,7 +25,7 @@ pub(crate) struct QueuedTrigger {
 
 impl QueuedTrigger {
     pub fn is_savepoint(&self) -> bool {
-        self.kind == CheckpointKind::Savepoint
+        self.kind.is_savepoint()
     }
 
     pub fn is_periodic(&self) -> bool {

@@ -71,6 +71,8 @@ pub struct CheckpointStatsEntry {
     pub id: CheckpointId,
     pub status: CheckpointStatus,
     pub is_savepoint: bool,
+    /// A savepoint in the state backend's native format.
+    pub native_format: bool,
     pub trigger_timestamp_ms: u64,
     pub latest_ack_timestamp_ms: Option<u64>,
     /// When the metadata became durable: the moment min-pause is measured from.
@@ -176,6 +178,7 @@ impl CheckpointStats {
             id: pending.id(),
             status: CheckpointStatus::InProgress,
             is_savepoint: pending.is_savepoint(),
+            native_format: pending.kind() == weir_core::CheckpointKind::NativeSavepoint,
             trigger_timestamp_ms: pending.trigger_timestamp_ms(),
             latest_ack_timestamp_ms: None,
             completion_timestamp_ms: None,

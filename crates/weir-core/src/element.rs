@@ -7,7 +7,59 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub enum CheckpointKind {
     Checkpoint,
+    /// A savepoint in the canonical format: every key of every state table, written alike by
+    /// every state backend and restored by either (Flink's `--type canonical`, the default).
     Savepoint,
+    /// A savepoint in the state backend's native format (Flink's `--type native`): a RocksDB
+    /// subtask's table files as they are, streamed to storage a part at a time and opened in
+    /// place on restore, so that neither side holds the state in memory. Heap state is written
+    /// as in a canonical savepoint.
+    NativeSavepoint,
+}
+
+/// The format of a savepoint a user asks for (Flink's `formatType`, `--type`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum SavepointFormat {
+    #[default]
+    Canonical,
+    Native,
+}
+
+impl SavepointFormat {
+    /// The format Flink's REST API names `name` (`CANONICAL` or `NATIVE`).
+    pub fn from_flink(name: &str) -> Option<SavepointFormat> {
+        match name {
+            "CANONICAL" => Some(SavepointFormat::Canonical),
+            "NATIVE" => Some(SavepointFormat::Native),
+            _ => None,
+        }
+    }
+
+    /// Flink's REST API's name of the format.
+    pub fn flink_name(self) -> &'static str {
+        match self {
+            SavepointFormat::Canonical => "CANONICAL",
+            SavepointFormat::Native => "NATIVE",
+        }
+    }
+
+    /// The kind of checkpoint a savepoint of this format is.
+    pub fn kind(self) -> CheckpointKind {
+        match self {
+            SavepointFormat::Canonical => CheckpointKind::Savepoint,
+            SavepointFormat::Native => CheckpointKind::NativeSavepoint,
+        }
+    }
+}
+
+impl CheckpointKind {
+    /// A savepoint of either format.
+    pub fn is_savepoint(self) -> bool {
+        matches!(
+            self,
+            CheckpointKind::Savepoint | CheckpointKind::NativeSavepoint
+        )
+    }
 }
 
 /// The marker a source injects into its output when a checkpoint starts. Everything before it

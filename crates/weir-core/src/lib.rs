@@ -16,7 +16,9 @@ pub mod state_handle;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CheckpointingMode, Config, ConfigError, S3Options};
-pub use element::{Barrier, BarrierAlignment, CheckpointKind, Data, Element, WatermarkStatus};
+pub use element::{
+    Barrier, BarrierAlignment, CheckpointKind, Data, Element, SavepointFormat, WatermarkStatus,
+};
 pub use guarantee::DeliveryGuarantee;
 pub use ids::{CheckpointId, JobId, OperatorId, SubtaskId};
 pub use key_group::KeyGroupRange;

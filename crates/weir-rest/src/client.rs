@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use weir_core::SavepointFormat;
 
 /// The default address of a job's REST API.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8081";
@@ -206,28 +207,30 @@ impl RestClient {
         self.trigger(&format!("/jobs/{job_id}/checkpoints"), json!({}))
     }
 
-    /// Triggers a savepoint into `target` (or the job's default directory).
+    /// Triggers a savepoint of `format` into `target` (or the job's default directory).
     pub fn trigger_savepoint(
         &self,
         job_id: &str,
         target: Option<&str>,
+        format: SavepointFormat,
     ) -> Result<String, ClientError> {
-        let mut body = json!({ "cancel-job": false });
+        let mut body = json!({ "cancel-job": false, "formatType": format.flink_name() });
         if let Some(t) = target {
             body["target-directory"] = json!(t);
         }
         self.trigger(&format!("/jobs/{job_id}/savepoints"), body)
     }
 
-    /// Stops the job with a savepoint into `target` (or the job's default directory); with
-    /// `drain`, event time ends first so that every window and timer fires.
+    /// Stops the job with a savepoint of `format` into `target` (or the job's default
+    /// directory); with `drain`, event time ends first so that every window and timer fires.
     pub fn stop_with_savepoint(
         &self,
         job_id: &str,
         target: Option<&str>,
+        format: SavepointFormat,
         drain: bool,
     ) -> Result<String, ClientError> {
-        let mut body = json!({ "drain": drain });
+        let mut body = json!({ "drain": drain, "formatType": format.flink_name() });
         if let Some(t) = target {
             body["targetDirectory"] = json!(t);
         }

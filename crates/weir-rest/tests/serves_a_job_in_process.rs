@@ -54,7 +54,9 @@ fn a_job_run_in_process_is_served_while_it_runs_and_after_it_ends() {
     assert_eq!(details["name"], "in-process");
     assert_eq!(details["vertices"].as_array().unwrap().len(), 3);
 
-    let trigger = client.trigger_savepoint(&job, None).unwrap();
+    let trigger = client
+        .trigger_savepoint(&job, None, weir_core::SavepointFormat::Canonical)
+        .unwrap();
     let location = client
         .wait_savepoint(&job, &trigger, Duration::from_secs(60))
         .unwrap();

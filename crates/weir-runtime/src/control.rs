@@ -88,6 +88,8 @@ pub enum CoordinatorMessage {
     StopWithSavepoint {
         request: weir_checkpoint::RequestId,
         target: Option<std::path::PathBuf>,
+        /// The savepoint's kind: canonical or native.
+        kind: CheckpointKind,
         drain: Drain,
     },
     /// Answer with the latest completed checkpoint, once every message before this one was

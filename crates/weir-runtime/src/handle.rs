@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use weir_checkpoint::{CheckpointStats, JobStatus, RequestId};
 use weir_core::config::{CheckpointConfig, StateBackendKind};
-use weir_core::{CheckpointId, CheckpointKind, JobId, SubtaskId};
+use weir_core::{CheckpointId, CheckpointKind, JobId, SavepointFormat, SubtaskId};
 
 use crate::control::{CoordinatorMessage, Drain};
 use crate::graph::{JobGraph, NodeRole};
@@ -264,9 +264,13 @@ impl JobHandle {
         self.trigger(CheckpointKind::Checkpoint, None, None)
     }
 
-    /// Asks for a savepoint into `target` (or the configured savepoint directory).
-    pub fn trigger_savepoint(&self, target: Option<PathBuf>) -> Result<RequestId, HandleError> {
-        self.trigger(CheckpointKind::Savepoint, target, None)
+    /// Asks for a savepoint of `format` into `target` (or the configured savepoint directory).
+    pub fn trigger_savepoint(
+        &self,
+        target: Option<PathBuf>,
+        format: SavepointFormat,
+    ) -> Result<RequestId, HandleError> {
+        self.trigger(format.kind(), target, None)
     }
 
     /// Takes a savepoint, then stops the job: its sinks commit, and it ends once the savepoint
@@ -276,9 +280,10 @@ impl JobHandle {
     pub fn stop_with_savepoint(
         &self,
         target: Option<PathBuf>,
+        format: SavepointFormat,
         drain: Drain,
     ) -> Result<RequestId, HandleError> {
-        self.trigger(CheckpointKind::Savepoint, target, Some(drain))
+        self.trigger(format.kind(), target, Some(drain))
     }
 
     fn trigger(
@@ -303,6 +308,7 @@ impl JobHandle {
             let _ = tx.send(CoordinatorMessage::StopWithSavepoint {
                 request,
                 target,
+                kind,
                 drain,
             });
         } else {

@@ -18,7 +18,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use weir_checkpoint::AckMetrics;
 use weir_core::config::CheckpointConfig;
-use weir_core::{CheckpointId, HandleKind, KeyGroupRange, StateHandle, SubtaskId, SubtaskState};
+use weir_core::{
+    CheckpointId, CheckpointKind, HandleKind, KeyGroupRange, StateHandle, SubtaskId, SubtaskState,
+};
 use weir_state::{
     encode_incremental_releasing, Chain, FrozenTable, KeyedSnapshotPlan, SharedStateFile,
 };
@@ -34,8 +36,9 @@ pub struct SnapshotJob {
     pub subtask: SubtaskId,
     pub uid: Arc<str>,
     pub checkpoint: CheckpointId,
-    /// Savepoints are always written in full: they must stand alone, without shared files.
-    pub savepoint: bool,
+    /// A checkpoint or a savepoint. Savepoints stand alone: a canonical one is written in
+    /// full, a native one uploads every RocksDB table file of its own (see [`persist`]).
+    pub kind: CheckpointKind,
     pub snapshot: OperatorSnapshot,
     pub key_groups: KeyGroupRange,
     pub sync_ms: u64,
@@ -214,16 +217,21 @@ fn persist(
     // The shared files this snapshot wrote: nobody references them before the
     // acknowledgement, so a failure after they were written deletes them.
     let mut new_shared: Vec<String> = Vec::new();
-    // Savepoints are written in full: they must stand alone, without shared files.
-    let incremental = options.incremental && !job.savepoint;
+    // Savepoints stand alone, without shared files: a canonical one is written in full; a
+    // native one uploads every RocksDB table file afresh and writes its heap tables in full.
+    let incremental = options.incremental && !job.kind.is_savepoint();
+    let native = job.kind == CheckpointKind::NativeSavepoint;
     // RocksDB tables go by their table files; the tables kept on the heap beside them (the
     // timers) follow the plan like any heap table.
     #[cfg(feature = "rocksdb")]
-    let keyed = match (job.snapshot.lsm.take(), incremental && !keyed.is_empty()) {
+    let keyed = match (
+        job.snapshot.lsm.take(),
+        (incremental || native) && !keyed.is_empty(),
+    ) {
         (Some(lsm), true) => {
             let (tables, heap): (Vec<_>, Vec<_>) =
                 keyed.into_iter().partition(|t| lsm.holds_table(t.name()));
-            let (s, written) = persist_lsm(storage, options, &job, tables, lsm)
+            let (s, written) = persist_lsm(storage, options, &job, tables, lsm, native)
                 .map_err(|(what, e)| fail(what, &e))?;
             state = s;
             new_shared = written;
@@ -256,10 +264,24 @@ fn persist(
                 let kind = HandleKind::Keyed {
                     key_groups: job.key_groups,
                 };
-                let handle = storage
-                    .write_or_inline_state(path, kind, bytes, options.inline_threshold)
-                    .map_err(|e| fail("writing keyed state", &e))?;
-                state = SubtaskState::from_handles(vec![handle]);
+                let handle = match storage.write_or_inline_state(
+                    path,
+                    kind,
+                    bytes,
+                    options.inline_threshold,
+                ) {
+                    Ok(handle) => handle,
+                    Err(e) => {
+                        for path in &new_shared {
+                            discard_unacknowledged(storage, path);
+                        }
+                        return Err(fail("writing keyed state", &e));
+                    }
+                };
+                // Beside the RocksDB tables' files of a native savepoint, if any.
+                state.state_size += handle.size;
+                state.persisted_size += handle.size;
+                state.handles.push(handle);
             }
         }
     }
@@ -396,7 +418,8 @@ fn referencing(handles: Vec<StateHandle>, persisted_size: u64) -> SubtaskState {
 /// earlier completed checkpoint uploaded, each to a shared file of its own, and writes the
 /// subtask's RocksDB manifest into the checkpoint's directory; acknowledges the manifest
 /// (private), the new files and every earlier one the manifest references (shared,
-/// reference-counted).
+/// reference-counted). A `standalone` snapshot (a native savepoint) references no earlier
+/// upload: it uploads every table file of its own.
 #[cfg(feature = "rocksdb")]
 fn persist_lsm(
     storage: &CheckpointStorage,
@@ -404,6 +427,7 @@ fn persist_lsm(
     job: &SnapshotJob,
     keyed: Vec<Box<dyn FrozenTable>>,
     lsm: weir_state::lsm::LsmSnapshot,
+    standalone: bool,
 ) -> Result<(SubtaskState, Vec<String>), (&'static str, String)> {
     let index = job.subtask.index;
     let kind = HandleKind::Keyed {
@@ -414,11 +438,24 @@ fn persist_lsm(
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (nonce(job), name).hash(&mut h);
         let nonce = h.finish();
-        CheckpointLayout::shared_table_file(job.checkpoint, &job.uid, index, nonce)
+        if standalone {
+            // The savepoint's own: in its checkpoint's directory, which goes once the savepoint
+            // has copied it (a shared file would outlive it, referenced by nobody).
+            let extension = format!(
+                "{nonce:016x}.{}",
+                weir_storage::layout::TABLE_FILE_EXTENSION
+            );
+            CheckpointLayout::state_file(job.checkpoint, &job.uid, index, &extension)
+        } else {
+            CheckpointLayout::shared_table_file(job.checkpoint, &job.uid, index, nonce)
+        }
     };
-    let mut files = lsm
-        .files(&path_for)
-        .map_err(|e| ("materializing RocksDB state", e.to_string()))?;
+    let files = if standalone {
+        lsm.all_files(&path_for)
+    } else {
+        lsm.files(&path_for)
+    };
+    let mut files = files.map_err(|e| ("materializing RocksDB state", e.to_string()))?;
     let mut handles: Vec<StateHandle> = files
         .reused()
         .iter()
@@ -445,13 +482,14 @@ fn persist_lsm(
         (what, e)
     };
     for (name, local, path) in uploads {
-        let handle = match storage
+        let mut handle = match storage
             .write_shared_file_from(path, kind, &local)
             .map_err(|e| e.to_string())
         {
             Ok(h) => h,
             Err(e) => return Err(fail(&written, "uploading a RocksDB table file", e)),
         };
+        handle.shared = !standalone;
         files.uploaded(
             &name,
             SharedStateFile {
@@ -533,7 +571,7 @@ mod tests {
             subtask: SubtaskId::new(OperatorId(1), 0),
             uid: Arc::from("source"),
             checkpoint: CheckpointId(checkpoint),
-            savepoint: false,
+            kind: CheckpointKind::Checkpoint,
             snapshot: OperatorSnapshot {
                 operator: Some(operator),
                 ..OperatorSnapshot::default()

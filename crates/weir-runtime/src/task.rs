@@ -118,7 +118,7 @@ impl TaskRuntime {
                     subtask: self.subtask,
                     uid: self.uid.clone(),
                     checkpoint: barrier.id,
-                    savepoint: barrier.kind == weir_core::CheckpointKind::Savepoint,
+                    kind: barrier.kind,
                     snapshot,
                     key_groups: self.ctx.key_groups,
                     sync_ms: sync_start.elapsed().as_millis() as u64,

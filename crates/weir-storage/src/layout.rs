@@ -81,6 +81,14 @@ impl CheckpointLayout {
             .is_some_and(|r| r.starts_with('/'))
     }
 
+    /// Whether a path names a RocksDB table file (shared by checkpoints, or a native
+    /// savepoint's own), by its extension.
+    pub fn is_table_file(relative: &str) -> bool {
+        relative
+            .rsplit_once('.')
+            .is_some_and(|(_, ext)| ext == TABLE_FILE_EXTENSION)
+    }
+
     /// The checkpoint id a directory name stands for, if it is a checkpoint directory.
     pub fn parse_checkpoint_dir(name: &str) -> Option<CheckpointId> {
         name.strip_prefix(CHECKPOINT_PREFIX)?

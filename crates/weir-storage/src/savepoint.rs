@@ -33,6 +33,30 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
         .map_err(|e| StorageError::io(path, e))
 }
 
+/// Copies the state file of `handle` from `storage` into `dir/name` a part at a time (memory
+/// holds a few parts, whatever the file's size: a table file of a large RocksDB state may not
+/// fit in it), verified against the handle's size and checksum, and fsynced under a temporary
+/// name before it takes its own.
+fn copy_durably(
+    storage: &CheckpointStorage,
+    handle: &StateHandle,
+    dir: &Path,
+    name: &str,
+) -> Result<(), StorageError> {
+    let temp = dir.join(format!("{name}.inprogress"));
+    let path = dir.join(name);
+    storage.fetch_state_file(handle, &temp)?;
+    let synced = File::options()
+        .write(true)
+        .open(&temp)
+        .and_then(|file| file.sync_all());
+    if let Err(e) = synced {
+        let _ = fs::remove_file(&temp);
+        return Err(StorageError::io(&temp, e));
+    }
+    fs::rename(&temp, &path).map_err(|e| StorageError::io(&path, e))
+}
+
 fn sync_dir(path: &Path) -> Result<(), StorageError> {
     File::open(path)
         .and_then(|d| d.sync_all())
@@ -61,12 +85,13 @@ pub fn write_savepoint(
     let mut copy = metadata.clone();
     for state in copy.checkpoint.subtask_states.values_mut() {
         for handle in &mut state.handles {
-            let bytes = storage.read_state_file(handle)?;
             // Flatten the relative path into one portable file name.
             let name = handle.path.replace('/', "__");
-            // Inline state stays in the metadata (verified above, by that read).
             if handle.is_file() {
-                write_durably(&dir.join(&name), &bytes)?;
+                copy_durably(storage, handle, &dir, &name)?;
+            } else {
+                // Inline state stays in the metadata (verified by this read).
+                storage.read_state_file(handle)?;
             }
             handle.path = name;
             handle.shared = false;

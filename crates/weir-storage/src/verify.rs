@@ -73,7 +73,8 @@ impl CheckpointStorage {
             HandleKind::Operator => OperatorStateSnapshot::decode(&bytes)
                 .map(|_| ())
                 .map_err(corrupt),
-            HandleKind::Keyed { .. } if handle.shared && is_table_file(&handle.path) => {
+            // Shared by checkpoints, or a native savepoint's own.
+            HandleKind::Keyed { .. } if CheckpointLayout::is_table_file(&handle.path) => {
                 check_table_file(&bytes).map_err(|reason| StorageError::Corrupt { path, reason })
             }
             HandleKind::Keyed { .. } if handle.shared => {
@@ -154,12 +155,6 @@ fn handles(metadata: &CheckpointMetadata) -> impl Iterator<Item = &StateHandle> 
 /// Whether a handle's file belongs to its checkpoint alone (not shared).
 pub fn is_private(handle: &StateHandle) -> bool {
     !handle.shared && CheckpointLayout::checkpoint_of(&handle.path).is_some()
-}
-
-/// Whether a shared file is a RocksDB table file (by its name: see [`CheckpointLayout`]).
-fn is_table_file(path: &str) -> bool {
-    path.rsplit_once('.')
-        .is_some_and(|(_, ext)| ext == crate::layout::TABLE_FILE_EXTENSION)
 }
 
 /// The magic number that ends every RocksDB block-based table file.

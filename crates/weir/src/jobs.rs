@@ -4,6 +4,7 @@
 
 use clap::Args;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use weir_core::SavepointFormat;
 use weir_rest::client::DEFAULT_URL;
 use weir_rest::{ClientError, RestClient};
 
@@ -41,8 +42,29 @@ pub struct SavepointArgs {
     /// it was started with; relative to this directory); the job's savepoint directory by
     /// default.
     pub dir: Option<String>,
+    /// The savepoint's format (Flink's `--type`): `canonical`, every key in the format both
+    /// state backends read; or `native`, a RocksDB job's table files as they are (streamed,
+    /// never held in memory: for state larger than memory).
+    #[arg(long = "type", value_enum, default_value_t = FormatArg::Canonical)]
+    pub format: FormatArg,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+/// A savepoint format on the command line.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FormatArg {
+    Canonical,
+    Native,
+}
+
+impl From<FormatArg> for SavepointFormat {
+    fn from(f: FormatArg) -> SavepointFormat {
+        match f {
+            FormatArg::Canonical => SavepointFormat::Canonical,
+            FormatArg::Native => SavepointFormat::Native,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -56,6 +78,9 @@ pub struct StopArgs {
     /// output is committed. For a job that is not meant to resume.
     #[arg(long)]
     pub drain: bool,
+    /// The final savepoint's format (see `weir savepoint --type`).
+    #[arg(long = "type", value_enum, default_value_t = FormatArg::Canonical)]
+    pub format: FormatArg,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -136,7 +161,8 @@ pub fn checkpoint(args: JobCommandArgs) -> Result<(), CliError> {
 pub fn savepoint(args: SavepointArgs) -> Result<(), CliError> {
     let c = client(&args.client)?;
     let job = c.resolve_job(&args.job)?;
-    let trigger = c.trigger_savepoint(&job, absolute(args.dir.as_deref()).as_deref())?;
+    let target = absolute(args.dir.as_deref());
+    let trigger = c.trigger_savepoint(&job, target.as_deref(), args.format.into())?;
     eprintln!("Triggered a savepoint of job {job}; waiting for it to complete…");
     let location = c.wait_savepoint(&job, &trigger, args.client.timeout)?;
     println!("Savepoint completed: {location}");
@@ -148,7 +174,7 @@ pub fn stop(args: StopArgs) -> Result<(), CliError> {
     let c = client(&args.client)?;
     let job = c.resolve_job(&args.job)?;
     let target = absolute(args.savepoint.as_deref());
-    let trigger = c.stop_with_savepoint(&job, target.as_deref(), args.drain)?;
+    let trigger = c.stop_with_savepoint(&job, target.as_deref(), args.format.into(), args.drain)?;
     if args.drain {
         eprintln!("Stopping job {job}: ending event time, then a savepoint…");
     } else {

@@ -18,6 +18,7 @@ fn kind_name(kind: CheckpointKind) -> &'static str {
     match kind {
         CheckpointKind::Checkpoint => "checkpoint",
         CheckpointKind::Savepoint => "savepoint",
+        CheckpointKind::NativeSavepoint => "native savepoint",
     }
 }
 

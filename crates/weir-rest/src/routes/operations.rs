@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use std::path::PathBuf;
 use weir_checkpoint::RequestId;
+use weir_core::SavepointFormat;
 use weir_runtime::handle::HandleError;
 use weir_runtime::{Drain, JobHandle, RequestStatus};
 
@@ -105,7 +106,7 @@ pub async fn trigger_savepoint(
     JsonBody(body): JsonBody<SavepointTriggerRequest>,
 ) -> Result<Response, ApiError> {
     let job = state.job(&path(jobid)?)?;
-    check_enum("formatType", body.format_type.as_deref(), FORMAT_TYPES).map_err(bad)?;
+    let format = format(body.format_type.as_deref())?;
     let target = target(&state, body.target_directory.as_deref())?;
     let kind = if body.cancel_job == Some(true) {
         OperationKind::StopWithSavepoint
@@ -117,6 +118,7 @@ pub async fn trigger_savepoint(
         job,
         kind,
         target,
+        format,
         Drain::Keep,
         body.trigger_id.as_deref(),
     )
@@ -128,7 +130,7 @@ pub async fn stop(
     JsonBody(body): JsonBody<StopWithSavepointRequest>,
 ) -> Result<Response, ApiError> {
     let job = state.job(&path(jobid)?)?;
-    check_enum("formatType", body.format_type.as_deref(), FORMAT_TYPES).map_err(bad)?;
+    let format = format(body.format_type.as_deref())?;
     let target = target(&state, body.target_directory.as_deref())?;
     let kind = OperationKind::StopWithSavepoint;
     let drain = if body.drain == Some(true) {
@@ -136,7 +138,15 @@ pub async fn stop(
     } else {
         Drain::Keep
     };
-    savepoint(&state, job, kind, target, drain, body.trigger_id.as_deref())
+    savepoint(
+        &state,
+        job,
+        kind,
+        target,
+        format,
+        drain,
+        body.trigger_id.as_deref(),
+    )
 }
 
 /// The savepoint directory for a request: the validated target, or the default one — made
@@ -151,11 +161,20 @@ fn target(state: &Shared, requested: Option<&str>) -> Result<Option<PathBuf>, Ap
     }
 }
 
+/// The savepoint format a request names (`formatType`; canonical when it names none).
+fn format(requested: Option<&str>) -> Result<SavepointFormat, ApiError> {
+    check_enum("formatType", requested, FORMAT_TYPES).map_err(bad)?;
+    Ok(requested
+        .and_then(SavepointFormat::from_flink)
+        .unwrap_or_default())
+}
+
 fn savepoint(
     state: &Shared,
     job: &JobHandle,
     kind: OperationKind,
     target: Option<PathBuf>,
+    format: SavepointFormat,
     drain: Drain,
     given_trigger: Option<&str>,
 ) -> Result<Response, ApiError> {
@@ -166,12 +185,12 @@ fn savepoint(
             .map(|t| t.display().to_string())
             .unwrap_or_default();
         let request = match kind {
-            OperationKind::StopWithSavepoint => job.stop_with_savepoint(target, drain),
-            _ => job.trigger_savepoint(target),
+            OperationKind::StopWithSavepoint => job.stop_with_savepoint(target, format, drain),
+            _ => job.trigger_savepoint(target, format),
         }
         .map_err(|e| refused(job, e))?;
         state.operations.insert(id, kind, request);
-        tracing::info!(job = %job.id(), trigger = %id, target = %shown, ?kind, "savepoint requested");
+        tracing::info!(job = %job.id(), trigger = %id, target = %shown, ?kind, ?format, "savepoint requested");
     }
     Ok(accepted(id))
 }

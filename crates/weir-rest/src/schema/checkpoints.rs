@@ -348,7 +348,11 @@ impl CheckpointView<'_> {
             id: clamp(e.id.0),
             status: status_name(e.status),
             is_savepoint: e.is_savepoint,
-            savepoint_format: e.is_savepoint.then_some("CANONICAL"),
+            savepoint_format: e.is_savepoint.then_some(if e.native_format {
+                "NATIVE"
+            } else {
+                "CANONICAL"
+            }),
             trigger_timestamp: clamp(e.trigger_timestamp_ms),
             latest_ack_timestamp: or_minus_one(e.latest_ack_timestamp_ms),
             checkpointed_size: clamp(e.persisted_size),

@@ -11,7 +11,7 @@ use weir_state::{
     is_lsm_manifest, is_manifest, redistribute_operator_state, KeyedManifest, KeyedSnapshotReader,
     LsmManifest, OperatorStateSnapshot,
 };
-use weir_storage::{CheckpointMetadata, CheckpointStorage, StorageError};
+use weir_storage::{CheckpointLayout, CheckpointMetadata, CheckpointStorage, StorageError};
 
 use crate::error::JobError;
 use crate::graph::{JobGraph, Node};
@@ -224,8 +224,10 @@ fn read_keyed(
         let mut subtask: Option<KeyedSnapshotReader> = None;
         for handle in &state.handles {
             match handle.kind {
-                // Shared files are read through the manifest that chains them.
-                HandleKind::Keyed { .. } if handle.shared => {}
+                // Shared files and table files (a native savepoint's are its own) are read
+                // through the manifest that names them.
+                HandleKind::Keyed { .. }
+                    if handle.shared || CheckpointLayout::is_table_file(&handle.path) => {}
                 HandleKind::Keyed { key_groups: old }
                     if old.start < key_groups.end && key_groups.start < old.end =>
                 {

@@ -183,6 +183,17 @@ impl LsmSnapshot {
     /// path `path_for(name)` gives, and which to reference (recorded at once: see the
     /// [module](self) invariant).
     pub fn files(self, path_for: &dyn Fn(&str) -> String) -> Result<LsmFiles, StateError> {
+        self.list(path_for, true)
+    }
+
+    /// Materializes the snapshot for one that stands alone (a native savepoint): every table
+    /// file is uploaded, to the path `path_for(name)` gives, and nothing is decided for the
+    /// checkpoints to come (they never reference a savepoint's files).
+    pub fn all_files(self, path_for: &dyn Fn(&str) -> String) -> Result<LsmFiles, StateError> {
+        self.list(path_for, false)
+    }
+
+    fn list(self, path_for: &dyn Fn(&str) -> String, reuse: bool) -> Result<LsmFiles, StateError> {
         let view = self.round.materialize()?;
         let listing = std::fs::read_dir(view.dir()).map_err(|e| {
             backend_error(format!(
@@ -213,10 +224,19 @@ impl LsmSnapshot {
         }
         tables.sort();
         small_files.sort();
-        let decisions = self
-            .store
-            .uploads()
-            .decide(self.checkpoint, &tables, path_for);
+        let decisions = if reuse {
+            self.store
+                .uploads()
+                .decide(self.checkpoint, &tables, path_for)
+        } else {
+            tables
+                .iter()
+                .map(|name| Planned {
+                    path: path_for(name),
+                    file: None,
+                })
+                .collect()
+        };
         let mut files = Vec::new();
         let mut uploads = Vec::new();
         for (name, decision) in tables.into_iter().zip(decisions) {

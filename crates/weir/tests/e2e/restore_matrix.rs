@@ -10,7 +10,7 @@
 //! `every_restore_path_is_exactly_once` runs, for each job and start point, one case with a
 //! claim mode and parallelism change drawn at random (a printed seed; set
 //! `WEIR_RESTORE_MATRIX_SEED` to draw the same again). `WEIR_RESTORE_MATRIX=full` runs all of
-//! them (about 80, several minutes).
+//! them (about 100, several minutes).
 //!
 //! Operator chaining is a dimension too: each case runs its first and its restored runs with
 //! chaining on or off (`pipeline.operator-chaining.enabled`), so that state and in-flight data
@@ -42,6 +42,8 @@ pub enum Start {
     Resume,
     /// `--from-savepoint` of a savepoint taken by `weir stop --savepoint`.
     Savepoint,
+    /// The same with `--type native`: with RocksDB, the databases' table files.
+    NativeSavepoint,
     /// `--from-savepoint ck/<job>/chk-<id>`: the latest retained checkpoint of a killed run,
     /// incremental (with shared files) or full.
     RetainedIncremental,
@@ -68,9 +70,16 @@ pub struct Case {
     pub chaining: [bool; 2],
 }
 
-const STARTS: [Start; 4] = [
+impl Start {
+    fn is_savepoint(self) -> bool {
+        matches!(self, Start::Savepoint | Start::NativeSavepoint)
+    }
+}
+
+const STARTS: [Start; 5] = [
     Start::Resume,
     Start::Savepoint,
+    Start::NativeSavepoint,
     Start::RetainedIncremental,
     Start::RetainedFull,
 ];
@@ -375,7 +384,7 @@ pub fn first_run(run: &Run, rng: &mut Rng) -> Option<PathBuf> {
     let ck1 = run.path("ck1");
     let job = run.job_name();
     match case.start {
-        Start::Savepoint => {
+        Start::Savepoint | Start::NativeSavepoint => {
             let extra = vec![
                 "--rest-port".to_string(),
                 "0".to_string(),
@@ -386,6 +395,11 @@ pub fn first_run(run: &Run, rng: &mut Rng) -> Option<PathBuf> {
             let url = spawned.line_after("REST API and dashboard:");
             wait_for_checkpoints(&ck1, job, 1, &mut spawned);
             std::thread::sleep(Duration::from_millis(rng.below(100)));
+            let format = if case.start == Start::NativeSavepoint {
+                "native"
+            } else {
+                "canonical"
+            };
             let stop = run_in(
                 run.dir.path(),
                 &[
@@ -393,6 +407,8 @@ pub fn first_run(run: &Run, rng: &mut Rng) -> Option<PathBuf> {
                     job,
                     "--savepoint",
                     &run.path("savepoints").display().to_string(),
+                    "--type",
+                    format,
                     "--rest",
                     &url,
                 ],
@@ -488,7 +504,7 @@ pub fn run_case(case: Case, rng: &mut Rng) {
         ),
     };
     let before = snapshot.as_ref().map(|_| {
-        checksums(&run.path(if case.start == Start::Savepoint {
+        checksums(&run.path(if case.start.is_savepoint() {
             "savepoints"
         } else {
             "ck1"
@@ -520,7 +536,7 @@ pub fn run_case(case: Case, rng: &mut Rng) {
     let Some(snapshot) = snapshot else {
         return;
     };
-    let snapshot_root = run.path(if case.start == Start::Savepoint {
+    let snapshot_root = run.path(if case.start.is_savepoint() {
         "savepoints"
     } else {
         "ck1"

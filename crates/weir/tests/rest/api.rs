@@ -142,7 +142,11 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
     let target = demo.path("savepoints/manual");
     let trigger = demo
         .client
-        .trigger_savepoint(&job, Some(target.to_str().unwrap()))
+        .trigger_savepoint(
+            &job,
+            Some(target.to_str().unwrap()),
+            weir_core::SavepointFormat::Canonical,
+        )
         .unwrap();
     let location = demo
         .client
@@ -169,7 +173,10 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
 
     // Stop with a savepoint (into the default directory): the job ends cleanly.
     demo.after_a_checkpoint();
-    let trigger = demo.client.stop_with_savepoint(&job, None, false).unwrap();
+    let trigger = demo
+        .client
+        .stop_with_savepoint(&job, None, weir_core::SavepointFormat::Canonical, false)
+        .unwrap();
     let last = demo
         .client
         .wait_savepoint(&job, &trigger, PATIENCE)

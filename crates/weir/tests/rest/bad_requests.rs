@@ -354,7 +354,10 @@ fn bad_requests_get_the_right_4xx_and_the_job_keeps_running() {
         .as_i64()
         .unwrap();
     demo.wait_completed(before + 2);
-    let trigger = demo.client.trigger_savepoint(&job, None).unwrap();
+    let trigger = demo
+        .client
+        .trigger_savepoint(&job, None, weir_core::SavepointFormat::Canonical)
+        .unwrap();
     demo.client
         .wait_savepoint(&job, &trigger, crate::common::PATIENCE)
         .unwrap();

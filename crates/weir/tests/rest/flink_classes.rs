@@ -146,7 +146,11 @@ fn flinks_own_rest_classes_read_every_answer_of_a_weir_job() {
     std::fs::write(&file, b"x").unwrap();
     let failing = demo
         .client
-        .trigger_savepoint(&job, Some(file.to_str().unwrap()))
+        .trigger_savepoint(
+            &job,
+            Some(file.to_str().unwrap()),
+            weir_core::SavepointFormat::Canonical,
+        )
         .unwrap();
     assert!(demo
         .client

@@ -135,7 +135,10 @@ fn an_unaligned_checkpoint_reports_its_channel_state_and_a_savepoint_stays_align
     let (downstream_id, downstream) = downstream.expect("a vertex with inputs");
 
     // A savepoint is aligned, whatever the configuration.
-    let trigger = demo.client.trigger_savepoint(&job, None).unwrap();
+    let trigger = demo
+        .client
+        .trigger_savepoint(&job, None, weir_core::SavepointFormat::Canonical)
+        .unwrap();
     demo.client
         .wait_savepoint(&job, &trigger, PATIENCE)
         .unwrap();

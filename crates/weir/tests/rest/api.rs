@@ -170,6 +170,24 @@ fn a_job_is_read_checkpointed_savepointed_stopped_and_restored_through_http_only
         location.as_str()
     );
     assert_eq!(stats["latest"]["savepoint"]["checkpoint_type"], "SAVEPOINT");
+    assert_eq!(stats["latest"]["savepoint"]["savepointFormat"], "CANONICAL");
+
+    // A native savepoint (formatType NATIVE) is reported as one.
+    let trigger = demo
+        .client
+        .trigger_savepoint(
+            &job,
+            Some(target.to_str().unwrap()),
+            weir_core::SavepointFormat::Native,
+        )
+        .unwrap();
+    let location = demo
+        .client
+        .wait_savepoint(&job, &trigger, PATIENCE)
+        .unwrap();
+    verify_savepoint(Path::new(&location));
+    let stats = get(&demo, &format!("/jobs/{job}/checkpoints"));
+    assert_eq!(stats["latest"]["savepoint"]["savepointFormat"], "NATIVE");
 
     // Stop with a savepoint (into the default directory): the job ends cleanly.
     demo.after_a_checkpoint();

@@ -58,6 +58,27 @@ fn flinks_command_line_lists_checkpoints_savepoints_and_stops_a_weir_job() {
     assert!(Path::new(&location).starts_with(&target), "{location}");
     verify_savepoint(Path::new(&location));
 
+    // Flink's `--type native` reaches the job as formatType NATIVE (the demo keeps its state on
+    // the heap, which a native savepoint writes as a canonical one does).
+    let native_target = demo.path("savepoints/native");
+    let saved = flink(
+        &demo,
+        &[
+            "savepoint",
+            "--type",
+            "native",
+            &job,
+            native_target.to_str().unwrap(),
+        ],
+        false,
+    );
+    let location = savepoint_path(&saved);
+    assert!(
+        Path::new(&location).starts_with(&native_target),
+        "{location}"
+    );
+    verify_savepoint(Path::new(&location));
+
     // A savepoint that fails in the job: Flink's client rebuilds the cause and shows it.
     std::fs::create_dir_all(demo.path("savepoints")).unwrap();
     let not_a_dir = demo.path("savepoints/a-file");

@@ -22,6 +22,7 @@ use weir_runtime::{
 use super::suite::execution_config;
 use super::suite::{CountingSink, RunArgs, Setup};
 use crate::one_value::OneValue;
+use crate::rest_args::{serve, RestArgs};
 use crate::runnable::{ClusterJob, Runnable};
 use crate::CliError;
 
@@ -55,6 +56,13 @@ pub struct KeyedCountArgs {
     /// slower than the sources (with --emit-updates every record reaches it).
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration_arg)]
     pub sink_cost: Option<std::time::Duration>,
+    /// Serve the REST API on this port while the benchmark runs (0: any free port, printed),
+    /// so that savepoints can be taken of it (`weir savepoint keyed-count DIR --rest URL`).
+    #[arg(long, value_name = "PORT")]
+    pub rest_port: Option<u16>,
+    /// A directory REST requests may write savepoints under (repeatable).
+    #[arg(long, value_name = "DIR", requires = "rest_port")]
+    pub savepoint_root: Vec<PathBuf>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -296,11 +304,31 @@ pub fn run_on(
             "--alternate measures the CPU time of the process that runs the job: run it without a cluster",
         ));
     }
+    if cluster && args.rest_port.is_some() {
+        return Err(CliError::usage(
+            "--rest-port serves a benchmark run in this process; a cluster's job manager serves its own",
+        ));
+    }
     let (graph, sink) = job(&args)?;
     let mut setup = Setup::new(&args.run, "keyed-count")?;
     let handle = JobHandle::new(&graph, &setup.exec.checkpoint, setup.stop.clone());
     setup.watch(&handle);
-    let summary = execute_with(&graph, &setup.exec, &handle, &mut |_| {}, deployer, None)?;
+    let served = match args.rest_port {
+        Some(port) if !cluster => {
+            let rest = RestArgs {
+                rest_port: Some(port),
+                savepoint_root: args.savepoint_root.clone(),
+                ..RestArgs::default()
+            };
+            Some(serve(&rest, &handle, &setup.exec, graph.max_parallelism)?)
+        }
+        _ => None,
+    };
+    let summary = execute_with(&graph, &setup.exec, &handle, &mut |_| {}, deployer, None);
+    if let Some(served) = served {
+        served.finish();
+    }
+    let summary = summary?;
     let mut measured = setup.finish(&summary);
     if cluster {
         // The subtasks ran on the task managers: this process's CPU and memory say nothing.

@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// … ms").
     #[arg(long, requires = "checkpoint_dir")]
     pub resume: bool,
+    /// Start from this savepoint (or retained `chk-<id>` directory), as `weir run
+    /// --from-savepoint` does; the log reports the restore as for --resume.
+    #[arg(long, value_name = "PATH", conflicts_with = "resume")]
+    pub from_savepoint: Option<PathBuf>,
     /// Run an unbounded source for this long instead of a fixed number of events.
     #[arg(long, value_parser = duration_arg)]
     pub duration: Option<Duration>,
@@ -166,6 +170,7 @@ pub fn execution_config(run: &RunArgs, dir: PathBuf) -> Result<ExecutionConfig, 
         },
         state_backend: run.state_backend()?,
         channel_capacity: run.channel_capacity as usize,
+        from_savepoint: run.from_savepoint.clone(),
         failure_injection: weir_runtime::FailureInjection::from_env().map_err(CliError::usage)?,
         ..ExecutionConfig::default()
     })

@@ -6,7 +6,9 @@
 //! snapshot follows the plan its synchronous phase made: only changed key groups are written,
 //! into one new shared file, and a small manifest in the checkpoint's directory chains them
 //! with the blobs of earlier checkpoints. Otherwise every key group is written into one private
-//! file. Private state (a manifest, operator state, a small full snapshot) of at most
+//! file. A RocksDB subtask's incremental checkpoint uploads the database's table files no
+//! completed checkpoint uploaded; a native savepoint uploads all of them, as files of its own.
+//! Private state (a manifest, operator state, a small full snapshot) of at most
 //! `execution.checkpointing.data-inline-threshold` bytes is kept inline in the checkpoint's
 //! metadata instead of a file of its own. Any error declines the checkpoint; the subtask keeps
 //! running.
@@ -214,8 +216,9 @@ fn persist(
         )
     };
     let mut state = SubtaskState::default();
-    // The shared files this snapshot wrote: nobody references them before the
-    // acknowledgement, so a failure after they were written deletes them.
+    // The shared files this snapshot wrote (and a native savepoint's own table files): nobody
+    // references them before the acknowledgement, so a failure after they were written
+    // deletes them.
     let mut new_shared: Vec<String> = Vec::new();
     // Savepoints stand alone, without shared files: a canonical one is written in full; a
     // native one uploads every RocksDB table file afresh and writes its heap tables in full.

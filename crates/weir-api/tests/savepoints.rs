@@ -153,6 +153,22 @@ fn run_to_end(
     })
 }
 
+/// The final counts of the job started from `from` at `parallelism` with `backend`, run to
+/// its end with its checkpoints in `checkpoint_dir`.
+#[cfg(feature = "rocksdb")]
+fn restored_counts(
+    checkpoint_dir: &Path,
+    parallelism: u32,
+    from: &Path,
+    backend: weir_core::config::StateBackendKind,
+) -> BTreeMap<u64, u64> {
+    run_to_end_configured(checkpoint_dir, &job(parallelism, false), from, |c| {
+        c.state_backend.kind = backend;
+    })
+    .unwrap();
+    final_counts(checkpoint_dir)
+}
+
 fn run_to_end_configured(
     checkpoint_dir: &Path,
     graph: &weir_runtime::graph::JobGraph,
@@ -199,13 +215,8 @@ fn a_savepoint_of_either_state_backend_restores_into_the_other_at_another_parall
         let savepoint = take_savepoint_configured(&case, Duration::from_millis(600), |c| {
             c.state_backend.kind = from;
         });
-        let ckpt = case.join("restored");
-        run_to_end_configured(&ckpt, &job(parallelism, false), &savepoint, |c| {
-            c.state_backend.kind = into;
-        })
-        .unwrap();
         assert_eq!(
-            final_counts(&ckpt),
+            restored_counts(&case.join("restored"), parallelism, &savepoint, into),
             expected,
             "a savepoint of {from:?} restored into {into:?} at parallelism {parallelism}"
         );
@@ -280,12 +291,8 @@ fn a_native_savepoint_holds_table_files_and_restores_moved_in_place_rescaled_and
     std::fs::rename(&taken, &savepoint).unwrap();
     for (into, parallelism) in [(RocksDb, 2), (RocksDb, 3), (HashMap, 1)] {
         let ckpt = dir.path().join(format!("restored-{into:?}-{parallelism}"));
-        run_to_end_configured(&ckpt, &job(parallelism, false), &savepoint, |c| {
-            c.state_backend.kind = into;
-        })
-        .unwrap();
         assert_eq!(
-            final_counts(&ckpt),
+            restored_counts(&ckpt, parallelism, &savepoint, into),
             expected,
             "a native savepoint restored into {into:?} at parallelism {parallelism}"
         );
@@ -327,13 +334,8 @@ fn a_retained_checkpoint_of_either_state_backend_restores_into_the_other_at_anot
         let retained = first
             .join("counting")
             .join(CheckpointLayout::checkpoint_dir_name(latest));
-        let ckpt = case.join("restored");
-        run_to_end_configured(&ckpt, &job(parallelism, false), &retained, |c| {
-            c.state_backend.kind = into;
-        })
-        .unwrap();
         assert_eq!(
-            final_counts(&ckpt),
+            restored_counts(&case.join("restored"), parallelism, &retained, into),
             expected,
             "a retained checkpoint of {from:?} restored into {into:?} at parallelism {parallelism}"
         );

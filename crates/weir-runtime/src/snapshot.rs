@@ -223,9 +223,10 @@ fn persist(
     // Savepoints stand alone, without shared files: a canonical one is written in full; a
     // native one uploads every RocksDB table file afresh and writes its heap tables in full.
     let incremental = options.incremental && !job.kind.is_savepoint();
-    let native = job.kind == CheckpointKind::NativeSavepoint;
     // RocksDB tables go by their table files; the tables kept on the heap beside them (the
     // timers) follow the plan like any heap table.
+    #[cfg(feature = "rocksdb")]
+    let native = job.kind == CheckpointKind::NativeSavepoint;
     #[cfg(feature = "rocksdb")]
     let keyed = match (
         job.snapshot.lsm.take(),

@@ -3,6 +3,7 @@
 
 use clap::Subcommand;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 use weir_core::{CheckpointId, HandleKind, S3Options};
 use weir_storage::{CheckpointLayout, CheckpointMetadata, CheckpointStorage, Location};
@@ -25,7 +26,8 @@ pub enum CheckpointsCommand {
     },
     /// Check every checksum of every file; exit status 0 only when all are intact.
     Verify {
-        /// One checkpoint (…/<job>/chk-<id>), a job's directory, or a checkpoint directory.
+        /// One checkpoint (…/<job>/chk-<id>), a job's directory, a checkpoint directory, or a
+        /// savepoint's directory.
         path: String,
     },
 }
@@ -97,6 +99,52 @@ fn targets(path: &str) -> Result<Vec<Target>, CliError> {
     }
     jobs.sort_by(|a, b| a.job.cmp(&b.job));
     Ok(jobs)
+}
+
+/// `path` if it is a savepoint's directory: a local directory holding a `_metadata` that is
+/// not a job's `chk-<id>`.
+fn savepoint_dir(path: &str) -> Option<&Path> {
+    let dir = Path::new(path.trim_end_matches('/'));
+    let name = dir.file_name()?.to_str()?;
+    let is_checkpoint = CheckpointLayout::parse_checkpoint_dir(name).is_some();
+    (!is_checkpoint && dir.join(weir_storage::layout::METADATA_FILE).is_file()).then_some(dir)
+}
+
+/// Verifies every file of the savepoint in `dir` (size, checksum and format), as `verify` does
+/// a checkpoint's.
+fn verify_savepoint(dir: &Path) -> Result<(), CliError> {
+    let damaged = |reason: String| CliError {
+        message: format!("savepoint {} is damaged: {reason}", dir.display()),
+        code: 1,
+    };
+    let (storage, metadata) =
+        weir_storage::savepoint::open_savepoint(dir).map_err(|e| damaged(e.to_string()))?;
+    let handles: Vec<_> = metadata
+        .checkpoint
+        .subtask_states
+        .values()
+        .flat_map(|s| &s.handles)
+        .collect();
+    let mut bad = Vec::new();
+    for handle in &handles {
+        if let Err(e) = storage.verify_file(handle) {
+            bad.push(format!("{}: {e}", handle.path));
+        }
+    }
+    let files = handles.iter().filter(|h| h.is_file()).count();
+    let inline = handles.len() - files;
+    if !bad.is_empty() {
+        for line in &bad {
+            println!("  {line}");
+        }
+        return Err(damaged(format!("{} of {} files", bad.len(), handles.len())));
+    }
+    println!(
+        "savepoint {} (checkpoint {}): ok ({files} files, {inline} inline state(s) and _metadata intact)",
+        dir.display(),
+        metadata.checkpoint.id
+    );
+    Ok(())
 }
 
 fn is_job(storage: &CheckpointStorage) -> Result<bool, CliError> {
@@ -289,6 +337,9 @@ fn manifest_detail(storage: &CheckpointStorage, h: &weir_core::StateHandle) -> O
 }
 
 fn verify(path: &str) -> Result<(), CliError> {
+    if let Some(savepoint) = savepoint_dir(path) {
+        return verify_savepoint(savepoint);
+    }
     let jobs = targets(path)?;
     if jobs.is_empty() {
         return Err(CliError::usage(format!("no checkpoints under {path}")));

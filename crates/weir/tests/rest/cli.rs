@@ -53,6 +53,25 @@ fn the_command_line_lists_checkpoints_savepoints_and_stops_a_job() {
         .unwrap_or_else(|| panic!("{out}"));
     assert!(Path::new(location).starts_with(&dir));
     verify_savepoint(Path::new(location));
+    // `weir checkpoints verify` takes a savepoint's directory; a damaged one fails it.
+    let verified = run(&["checkpoints", "verify", location]);
+    assert!(verified.status.success(), "{}", text(&verified.stderr));
+    assert!(
+        text(&verified.stdout).contains("): ok ("),
+        "{}",
+        text(&verified.stdout)
+    );
+    let damaged = demo.path("savepoints/damaged");
+    std::fs::create_dir_all(&damaged).unwrap();
+    let metadata = std::fs::read(Path::new(location).join("_metadata")).unwrap();
+    std::fs::write(damaged.join("_metadata"), &metadata[..metadata.len() / 2]).unwrap();
+    let refused = run(&["checkpoints", "verify", damaged.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("is damaged"),
+        "{}",
+        text(&refused.stderr)
+    );
 
     // A target outside the allowed roots is refused with the server's reason, exit status 2.
     let refused = run(&["savepoint", "demo", "/etc/elsewhere", "--rest", &rest]);

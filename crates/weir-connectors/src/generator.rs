@@ -75,7 +75,9 @@ impl EventGenerator {
     }
 }
 
-fn splitmix64(mut x: u64) -> u64 {
+/// splitmix64: a well-mixed 64-bit hash of `x` (the generator's, and anyone's who needs
+/// deterministic pseudo-random bytes).
+pub fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use weir_api::prelude::*;
+use weir_connectors::generator::splitmix64;
 use weir_connectors::{Event, EventGenerator};
 use weir_core::config::HighAvailabilityConfig;
 use weir_runtime::deploy::{Deployer, LocalDeployer};
@@ -116,12 +117,9 @@ impl Tally for Padded {
         self.sum += amount;
         let mut word = key ^ self.count.rotate_left(32);
         for chunk in self.payload.chunks_mut(8) {
-            // splitmix64's finaliser: every byte of the payload changes with every update.
+            // Every byte of the payload changes with every update.
+            let z = splitmix64(word);
             word = word.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = word;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
             chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
         }
         (self.count, self.sum)
@@ -313,8 +311,9 @@ pub fn run_on(
     let mut setup = Setup::new(&args.run, "keyed-count")?;
     let handle = JobHandle::new(&graph, &setup.exec.checkpoint, setup.stop.clone());
     setup.watch(&handle);
+    // Never on a cluster (refused above).
     let served = match args.rest_port {
-        Some(port) if !cluster => {
+        Some(port) => {
             let rest = RestArgs {
                 rest_port: Some(port),
                 savepoint_root: args.savepoint_root.clone(),
@@ -322,7 +321,7 @@ pub fn run_on(
             };
             Some(serve(&rest, &handle, &setup.exec, graph.max_parallelism)?)
         }
-        _ => None,
+        None => None,
     };
     let summary = execute_with(&graph, &setup.exec, &handle, &mut |_| {}, deployer, None);
     if let Some(served) = served {
